@@ -1,0 +1,30 @@
+/// @file
+/// custream::ContextScope: make a context current for a scope, then restore the previous one.
+#pragma once
+
+#include <cuda.h>
+
+namespace custream {
+
+/// Makes `context` current in this thread unless it already is, and on destruction restores
+/// exactly the context that was current before (also none). It sets and restores with
+/// cuCtxSetCurrent and never leaves a pushed context on the stack.
+class ContextScope {
+ public:
+  /// Makes `context` current. @throws Error when cuCtxGetCurrent or cuCtxSetCurrent fails.
+  explicit ContextScope(CUcontext context);
+  /// Restores the previous context; never throws (errors during driver teardown are ignored).
+  ~ContextScope();
+
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+  /// The context that was current before, restored on destruction.
+  CUcontext previous() const noexcept { return previous_; }
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace custream

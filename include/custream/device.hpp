@@ -1,0 +1,72 @@
+/// @file
+/// custream::Device: a CUDA device and its primary context.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+namespace custream {
+
+/// Compute capability, e.g. {9, 0} for an H100 or H200.
+struct ComputeCapability {
+  int major = 0;  ///< Major version.
+  int minor = 0;  ///< Minor version.
+};
+
+/// A CUDA device by ordinal. A cheap value; the primary context it hands out is retained
+/// once per process, lazily and thread-safely, and never released behind the user's back.
+class Device {
+ public:
+  /// The number of devices the driver reports. @throws Error when there is no driver.
+  static int count();
+
+  /// The device of the current context when one is current in this thread (so it agrees with
+  /// code that called cudaSetDevice or cuCtxSetCurrent), otherwise device 0.
+  /// @throws Error when there is no driver or the driver query fails.
+  static Device current();
+
+  /// The device with this ordinal. @throws Error (CUDA_ERROR_INVALID_DEVICE) when `ordinal`
+  /// is not in [0, count()), naming the ordinal and the count.
+  explicit Device(int ordinal);
+
+  /// The ordinal, 0-based.
+  int ordinal() const noexcept { return ordinal_; }
+  /// The driver's CUdevice handle.
+  CUdevice handle() const noexcept { return handle_; }
+
+  /// The device's name, e.g. "NVIDIA H200". @throws Error on a driver failure.
+  std::string name() const;
+  /// One attribute (cuDeviceGetAttribute). @throws Error on a driver failure.
+  int attribute(CUdevice_attribute attribute) const;
+  /// Compute capability. @throws Error on a driver failure.
+  ComputeCapability compute_capability() const;
+  /// Total memory in bytes. @throws Error on a driver failure.
+  std::size_t total_memory() const;
+
+  /// The device's primary context, retained on first use (once per process, thread-safe).
+  /// @throws Error when cuDevicePrimaryCtxRetain fails.
+  CUcontext primary_context() const;
+  /// True when the primary context is active (cuDevicePrimaryCtxGetState), retained by
+  /// custream or by anybody else. @throws Error on a driver failure.
+  bool primary_context_active() const;
+
+  /// Makes the primary context current in this thread (like cudaSetDevice).
+  /// @throws Error on a driver failure.
+  void make_current() const;
+
+  /// Same ordinal.
+  friend bool operator==(Device a, Device b) noexcept { return a.ordinal_ == b.ordinal_; }
+  /// Different ordinals.
+  friend bool operator!=(Device a, Device b) noexcept { return a.ordinal_ != b.ordinal_; }
+
+ private:
+  struct Unchecked {};
+  Device(int ordinal, CUdevice handle, Unchecked) noexcept : ordinal_(ordinal), handle_(handle) {}
+
+  int ordinal_;
+  CUdevice handle_;
+};
+
+}  // namespace custream

@@ -1,0 +1,217 @@
+// Run-time loading of the CUDA driver. Invariants: see driver.hpp.
+#include "driver.hpp"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "custream/driver.hpp"
+#include "custream/error.hpp"
+
+namespace custream::detail {
+
+std::atomic<const Loaded*> g_loaded{nullptr};
+
+namespace {
+
+constexpr DriverEntry kEntries[] = {
+#define CUSTREAM_DRIVER_ROW(field, symbol, version, required) {#field, #symbol, version, required},
+    CUSTREAM_DRIVER_ENTRIES(CUSTREAM_DRIVER_ROW)
+#undef CUSTREAM_DRIVER_ROW
+};
+
+/// "12.5" for 12050.
+std::string version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+struct LoaderState {
+  std::mutex mutex;
+  bool attempted = false;
+  std::optional<Error> failure;
+  PFN_cuGetProcAddress_v12000 user_get_proc_address = nullptr;
+};
+
+// Leaked on purpose: no static destructor may run after the driver is gone (invariant 3).
+LoaderState& loader_state() {
+  static LoaderState* state = new LoaderState;
+  return *state;
+}
+
+Error load_failure(CUresult result, std::string detail) {
+  return Error(result, {}, {}, std::move(detail));
+}
+
+std::string library_path(void* handle, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+      map->l_name[0] != '\0') {
+    return map->l_name;
+  }
+  return fallback;
+}
+
+const char* status_text(CUdriverProcAddressQueryResult status) {
+  switch (status) {
+    case CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND:
+      return "symbol not found";
+    case CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT:
+      return "the driver is older than this ABI";
+    default:
+      return "lookup failed";
+  }
+}
+
+// Resolves every table entry into `api`. Returns the failure for a missing required entry.
+std::optional<Error> resolve_entries(PFN_cuGetProcAddress_v12000 gpa, const std::string& library,
+                                     DriverApi& api) {
+  std::size_t index = 0;
+  std::optional<Error> failure;
+  auto resolve = [&](auto& field) {
+    const DriverEntry& entry = kEntries[index++];
+    if (failure) return;
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = gpa(entry.symbol, &fn, entry.version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
+    if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && fn != nullptr) {
+      field = reinterpret_cast<std::remove_reference_t<decltype(field)>>(fn);
+    } else if (entry.required) {
+      failure = load_failure(r == CUDA_SUCCESS ? CUDA_ERROR_NOT_FOUND : r,
+                             "the CUDA driver " + library + " lacks " + entry.symbol + " (ABI " +
+                                 std::to_string(entry.version) + ", " + status_text(status) +
+                                 "); custream needs a driver >= " + version_text(entry.version));
+    }
+  };
+#define CUSTREAM_DRIVER_RESOLVE(field, symbol, version, required) resolve(api.field);
+  CUSTREAM_DRIVER_ENTRIES(CUSTREAM_DRIVER_RESOLVE)
+#undef CUSTREAM_DRIVER_RESOLVE
+  return failure;
+}
+
+// Builds the Loaded state, or returns why it cannot. Runs under the loader mutex.
+const Loaded* try_load(LoaderState& state) {
+  auto loaded = std::make_unique<Loaded>();
+  PFN_cuGetProcAddress_v12000 gpa = state.user_get_proc_address;
+  if (gpa != nullptr) {
+    loaded->library = "(application-supplied cuGetProcAddress)";
+  } else {
+    const char* env = std::getenv("CUSTREAM_LIBCUDA");
+    std::string path = env != nullptr && env[0] != '\0' ? env : "libcuda.so.1";
+    dlerror();
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      state.failure =
+          load_failure(CUDA_ERROR_NOT_INITIALIZED,
+                       "no CUDA driver found (" + (why ? std::string(why) : path) + ")");
+      return nullptr;
+    }
+    // Never dlclose'd (invariant 3).
+    loaded->library = library_path(handle, path);
+    gpa = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
+    if (gpa == nullptr) {
+      state.failure = load_failure(
+          CUDA_ERROR_NOT_FOUND, "the CUDA driver " + loaded->library +
+                                    " has no cuGetProcAddress_v2; custream needs a driver >= 12.0");
+      return nullptr;
+    }
+  }
+  loaded->get_proc_address = gpa;
+  if ((state.failure = resolve_entries(gpa, loaded->library, loaded->api))) return nullptr;
+
+  const DriverApi& api = loaded->api;
+  if (CUresult r = api.cuInit(0); r != CUDA_SUCCESS) {
+    state.failure = Error(r, "cuInit", {}, "the CUDA driver " + loaded->library + " did not start");
+    return nullptr;
+  }
+  if (CUresult r = api.cuDriverGetVersion(&loaded->version); r != CUDA_SUCCESS) {
+    state.failure = Error(r, "cuDriverGetVersion", {});
+    return nullptr;
+  }
+  if (CUresult r = api.cuDeviceGetCount(&loaded->device_count); r != CUDA_SUCCESS) {
+    state.failure = Error(r, "cuDeviceGetCount", {});
+    return nullptr;
+  }
+  loaded->devices = std::make_unique<DeviceSlot[]>(loaded->device_count);
+  for (int i = 0; i < loaded->device_count; ++i) {
+    if (CUresult r = api.cuDeviceGet(&loaded->devices[i].device, i); r != CUDA_SUCCESS) {
+      state.failure = Error(r, "cuDeviceGet", "device " + std::to_string(i));
+      return nullptr;
+    }
+  }
+  return loaded.release();  // Lives for the rest of the process (invariant 2).
+}
+
+}  // namespace
+
+const Loaded& load() {
+  LoaderState& state = loader_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (const Loaded* l = g_loaded.load(std::memory_order_acquire)) return *l;
+  if (!state.attempted) {
+    state.attempted = true;
+    if (const Loaded* l = try_load(state)) {
+      g_loaded.store(l, std::memory_order_release);
+      return *l;
+    }
+  }
+  throw *state.failure;
+}
+
+const DriverEntry* driver_entries(std::size_t* count) noexcept {
+  *count = std::size(kEntries);
+  return kEntries;
+}
+
+void throw_missing_entry(const char* field) {
+  for (const DriverEntry& entry : kEntries) {
+    if (std::string_view(entry.field) == field) {
+      throw Error(CUDA_ERROR_NOT_SUPPORTED, entry.symbol, {},
+                  "this feature needs a CUDA driver >= " + version_text(entry.version) + " (ABI " +
+                      std::to_string(entry.version) + "); the loaded driver is " +
+                      version_text(loaded().version));
+    }
+  }
+  throw Error(CUDA_ERROR_NOT_SUPPORTED, field, {}, "the loaded CUDA driver lacks it");
+}
+
+}  // namespace custream::detail
+
+namespace custream {
+
+const DriverInfo& driver_info() {
+  // Loaded (and never freed) together with the entry points.
+  static const DriverInfo* info = [] {
+    const detail::Loaded& l = detail::loaded();
+    return new DriverInfo{l.library, l.version};
+  }();
+  return *info;
+}
+
+bool driver_available() noexcept {
+  try {
+    detail::loaded();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void use_driver_entry_point(PFN_cuGetProcAddress_v12000 get_proc_address) {
+  if (get_proc_address == nullptr) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                "the cuGetProcAddress pointer is null");
+  }
+  detail::LoaderState& state = detail::loader_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.attempted) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                "the driver was already loaded; call this before any other custream function");
+  }
+  state.user_get_proc_address = get_proc_address;
+}
+
+}  // namespace custream

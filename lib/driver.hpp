@@ -1,0 +1,86 @@
+// Internal access to the loaded driver and to custream's per-device state.
+//
+// Design note — invariants:
+//  1. The driver is loaded at most once per process, under one mutex; a failure is recorded
+//     and re-thrown by every later call, never retried.
+//  2. After a successful load, g_loaded points to a Loaded that is never freed and never
+//     changes (except the primary-context slots, which go from null to a retained context
+//     exactly once). Hot paths read it with one acquire load and no lock.
+//  3. Nothing here has a static destructor: the library is never dlclose'd, and no driver
+//     call runs at process exit.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "driver_table.hpp"
+
+namespace custream::detail {
+
+/// One device as the loader found it.
+struct DeviceSlot {
+  CUdevice device = 0;
+  /// The retained primary context; null until first needed (invariant 2).
+  std::atomic<CUcontext> primary{nullptr};
+};
+
+/// Everything that exists once the driver is loaded.
+struct Loaded {
+  DriverApi api;
+  PFN_cuGetProcAddress_v12000 get_proc_address = nullptr;
+  std::string library;
+  int version = 0;
+  int device_count = 0;
+  std::unique_ptr<DeviceSlot[]> devices;
+};
+
+extern std::atomic<const Loaded*> g_loaded;
+
+/// Loads the driver (or re-throws the recorded failure). Slow path of loaded().
+[[gnu::cold]] const Loaded& load();
+
+/// The loaded driver; loads it on first use. @throws Error when there is none.
+inline const Loaded& loaded() {
+  const Loaded* l = g_loaded.load(std::memory_order_acquire);
+  return l ? *l : load();
+}
+
+/// The driver's entry points. @throws Error when there is no driver.
+inline const DriverApi& api() { return loaded().api; }
+
+/// The table of entries, in CUSTREAM_DRIVER_ENTRIES order.
+const DriverEntry* driver_entries(std::size_t* count) noexcept;
+
+/// Throws the error for an optional entry point the driver lacks: names the call, the ABI
+/// version and the minimum driver.
+[[noreturn, gnu::cold]] void throw_missing_entry(const char* field);
+
+/// Returns `fn`, or throws throw_missing_entry(field) when the driver lacks it.
+template <typename Fn>
+inline Fn require(Fn fn, const char* field) {
+  if (fn == nullptr) throw_missing_entry(field);
+  return fn;
+}
+
+/// "0x7f12…" for a handle or pointer ("0x0" for null).
+std::string pointer_text(const void* p);
+
+/// Throws Error for `call` failing with `result`, about nothing in particular.
+[[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call);
+/// Throws Error for `call` failing with `result` about a device.
+[[noreturn, gnu::cold]] void throw_device_error(CUresult result, const char* call, int device);
+/// Throws Error for `call` failing with `result` about a stream ("stream 0x… (device N)").
+[[noreturn, gnu::cold]] void throw_stream_error(CUresult result, const char* call, CUstream stream,
+                                                int device);
+/// Throws Error for `call` failing with `result`, with a subject and detail text.
+[[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call, std::string subject,
+                                         std::string detail = {});
+
+/// Checks a driver result: throws throw_error(result, call) unless CUDA_SUCCESS.
+inline void check(CUresult result, const char* call) {
+  if (result != CUDA_SUCCESS) throw_error(result, call);
+}
+
+}  // namespace custream::detail

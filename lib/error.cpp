@@ -1,0 +1,91 @@
+// custream::Error, the CUresult error category, and the cold throw helpers.
+#include "custream/error.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include "driver.hpp"
+#include "result_names.hpp"
+
+namespace custream {
+namespace {
+
+// The driver's own text when it is loaded, custream's copy of cuda.h's otherwise.
+std::string description_of(CUresult result) {
+  if (const detail::Loaded* l = detail::g_loaded.load(std::memory_order_acquire)) {
+    const char* text = nullptr;
+    if (l->api.cuGetErrorString(result, &text) == CUDA_SUCCESS && text != nullptr) return text;
+  }
+  const char* text = detail::result_description(result);
+  return text ? text : "unknown CUDA error code";
+}
+
+std::string compose(CUresult result, const std::string& call, const std::string& subject,
+                    const std::string& detail) {
+  if (call.empty()) return detail + " [" + result_name(result) + "]";  // custream's own finding
+  std::string message = call;
+  if (!subject.empty()) message += "(" + subject + ")";
+  if (result == CUDA_SUCCESS) {
+    message += ": " + detail;
+    return message;
+  }
+  message += " failed: " + result_name(result) + " (" + description_of(result) + ")";
+  if (!detail.empty()) message += "; " + detail;
+  return message;
+}
+
+class CudaCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "cuda"; }
+  std::string message(int code) const override {
+    auto result = static_cast<CUresult>(code);
+    return result_name(result) + ": " + description_of(result);
+  }
+};
+
+}  // namespace
+
+const std::error_category& cuda_category() noexcept {
+  static const CudaCategory category;  // Trivial destructor work only; never calls the driver.
+  return category;
+}
+
+std::string result_name(CUresult result) {
+  const char* name = detail::result_name(result);
+  return name ? name : "CUDA_ERROR_UNKNOWN_CODE_" + std::to_string(static_cast<int>(result));
+}
+
+Error::Error(CUresult result, std::string call, std::string subject, std::string detail)
+    : std::runtime_error(compose(result, call, subject, detail)),
+      result_(result),
+      name_(custream::result_name(result)),
+      description_(description_of(result)),
+      call_(std::move(call)),
+      subject_(std::move(subject)) {}
+
+namespace detail {
+
+std::string pointer_text(const void* p) {
+  char buffer[2 + 2 * sizeof(void*) + 1];
+  std::snprintf(buffer, sizeof buffer, "%#llx",
+                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p)));
+  return p == nullptr ? "0x0" : buffer;
+}
+
+void throw_error(CUresult result, const char* call) { throw Error(result, call, {}); }
+
+void throw_device_error(CUresult result, const char* call, int device) {
+  throw Error(result, call, "device " + std::to_string(device));
+}
+
+void throw_stream_error(CUresult result, const char* call, CUstream stream, int device) {
+  throw Error(result, call,
+              "stream " + pointer_text(stream) + " (device " + std::to_string(device) + ")");
+}
+
+void throw_error(CUresult result, const char* call, std::string subject, std::string detail) {
+  throw Error(result, call, std::move(subject), std::move(detail));
+}
+
+}  // namespace detail
+}  // namespace custream

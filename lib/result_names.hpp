@@ -1,0 +1,15 @@
+// CUresult names and short descriptions, generated once from CUDA 13.0's cuda.h.
+// Shared by the library (messages when no driver is loaded) and the CPU driver emulator.
+#pragma once
+
+#include <cuda.h>
+
+namespace custream::detail {
+
+/// "CUDA_ERROR_INVALID_HANDLE" for CUDA_ERROR_INVALID_HANDLE; nullptr for an unknown code.
+const char* result_name(CUresult result) noexcept;
+
+/// The first sentence of cuda.h's description of the code; nullptr for an unknown code.
+const char* result_description(CUresult result) noexcept;
+
+}  // namespace custream::detail
