@@ -36,7 +36,7 @@ int ordinal_of(const Loaded& l, CUdevice device) {
 
 int device_of_context(CUcontext context) {
   const Loaded& l = loaded();
-  if (int ordinal = known_primary_device(l, context); ordinal >= 0) return ordinal;
+  if (const int ordinal = known_primary_device(l, context); ordinal >= 0) return ordinal;
   CUdevice device = 0;
   if (l.api.cuCtxGetDevice_v2 != nullptr) {
     if (CUresult r = l.api.cuCtxGetDevice_v2(&device, context); r != CUDA_SUCCESS) {
@@ -49,6 +49,14 @@ int device_of_context(CUcontext context) {
     }
   }
   return ordinal_of(l, device);
+}
+
+int current_device_ordinal(const Loaded& l) {
+  CUcontext context = nullptr;
+  if (CUresult r = l.api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
+    throw_error(r, "cuCtxGetCurrent");
+  }
+  return device_of_current(l, context);
 }
 
 }  // namespace custream::detail

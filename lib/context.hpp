@@ -34,4 +34,15 @@ inline int known_primary_device(const Loaded& l, CUcontext context) noexcept {
   return -1;
 }
 
+/// The current device for `current` (the thread's current context): its device, or 0 when
+/// it is null.
+inline int device_of_current(const Loaded& l, CUcontext current) {
+  if (current == nullptr) return 0;
+  const int ordinal = known_primary_device(l, current);
+  return ordinal >= 0 ? ordinal : device_of_context(current);
+}
+
+/// The ordinal of the current device (Device::current() without building a Device).
+int current_device_ordinal(const Loaded& l);
+
 }  // namespace custream::detail

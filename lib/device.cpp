@@ -20,19 +20,11 @@ Device::Device(int ordinal) : ordinal_(ordinal), handle_(0) {
 
 Device Device::current() {
   const detail::Loaded& l = detail::loaded();
-  CUcontext context = nullptr;
-  if (CUresult r = l.api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuCtxGetCurrent");
-  }
-  int ordinal = 0;
-  if (context != nullptr) {
-    ordinal = detail::known_primary_device(l, context);
-    if (ordinal < 0) ordinal = detail::device_of_context(context);
-  }
   if (l.device_count == 0) {
     throw Error(CUDA_ERROR_NO_DEVICE, "custream::Device::current", {},
                 "the driver reports no device");
   }
+  const int ordinal = detail::current_device_ordinal(l);
   return Device(ordinal, l.devices[ordinal].device, Unchecked{});
 }
 

@@ -1,0 +1,51 @@
+/// @file
+/// custream::DeviceBuffer: a small RAII device allocation.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+#include "custream/device.hpp"
+#include "custream/stream.hpp"
+
+namespace custream {
+
+/// Device memory owned by one object: plain (cuMemAlloc, freed with cuMemFree) or
+/// stream-ordered (cuMemAllocAsync on a stream, freed with cuMemFreeAsync on that stream,
+/// which the buffer keeps alive).
+class DeviceBuffer {
+ public:
+  /// An empty buffer.
+  DeviceBuffer() noexcept = default;
+  /// Allocates `bytes` on the current device.
+  /// @throws Error on a driver failure (naming the device and size).
+  explicit DeviceBuffer(std::size_t bytes);
+  /// Allocates `bytes` on `device`. @throws Error on a driver failure.
+  DeviceBuffer(std::size_t bytes, Device device);
+  /// Allocates `bytes` in stream order on `stream` (driver >= 11.2).
+  /// @throws Error on a driver failure.
+  DeviceBuffer(std::size_t bytes, const Stream& stream);
+
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  /// Frees the memory (in stream order for a stream-ordered buffer). Never throws.
+  ~DeviceBuffer() { reset(); }
+
+  /// The device address (0 when empty).
+  CUdeviceptr get() const noexcept { return ptr_; }
+  /// The size in bytes.
+  std::size_t size() const noexcept { return bytes_; }
+  /// Frees the memory now; the buffer becomes empty. Never throws.
+  void reset() noexcept;
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  std::size_t bytes_ = 0;
+  Stream stream_;          // stream-ordered buffers only
+  bool ordered_ = false;
+};
+
+}  // namespace custream

@@ -1,0 +1,112 @@
+/// @file
+/// custream::Event: a CUDA event as a value handle.
+#pragma once
+
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "custream/device.hpp"
+
+namespace custream {
+
+class Stream;
+
+/// Event creation flags; combine with `|`.
+enum class EventFlags : unsigned {
+  none = 0,               ///< timing disabled, spin on synchronize (the default)
+  blocking_sync = 1,      ///< CU_EVENT_BLOCKING_SYNC: synchronize() sleeps instead of spinning
+  timing = 2,             ///< keep timestamps (recording costs ~8× more; off by default)
+  interprocess = 4,       ///< CU_EVENT_INTERPROCESS: shareable through ipc_handle()
+};
+/// Both flag sets.
+constexpr EventFlags operator|(EventFlags a, EventFlags b) noexcept {
+  return static_cast<EventFlags>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+/// The flags in both.
+constexpr EventFlags operator&(EventFlags a, EventFlags b) noexcept {
+  return static_cast<EventFlags>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
+}
+
+namespace detail {
+struct EventOwner;
+void release(EventOwner* owner) noexcept;
+void retain(EventOwner* owner) noexcept;
+}  // namespace detail
+
+/// A CUDA event. Copies share one CUevent, destroyed with the last copy.
+///
+/// Timing is disabled by default (CCCL and PyTorch do the same; CuPy does not): recording a
+/// timing event costs the driver about eight times more.
+class Event {
+ public:
+  /// Creates an event on the current device. Interprocess events must not keep timing.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing, before any driver
+  /// call; Error on a driver failure.
+  explicit Event(EventFlags flags = EventFlags::none);
+  /// Creates an event on `device`; see Event(EventFlags).
+  explicit Event(Device device, EventFlags flags = EventFlags::none);
+
+  /// Opens an event another process exported with ipc_handle(), on the current device.
+  /// @throws Error on a driver failure.
+  static Event open_ipc(const CUipcEventHandle& handle);
+
+  Event(const Event& other) noexcept;
+  Event(Event&& other) noexcept;
+  Event& operator=(const Event& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  /// Drops this reference; destroys the CUevent with the last one.
+  ~Event() { detail::release(owner_); }
+
+  /// The CUevent.
+  CUevent handle() const noexcept { return handle_; }
+  /// The device it was created on.
+  int device_id() const noexcept { return device_; }
+  /// The flags it was created with.
+  EventFlags flags() const noexcept { return flags_; }
+
+  /// Records the event on the current stream of its device. @throws Error on failure.
+  void record();
+  /// Records the event on `stream`. @throws Error on failure (naming the stream).
+  void record(const Stream& stream);
+  /// Waits until the recorded work is done. @throws Error on failure.
+  void synchronize() const;
+  /// True when the recorded work is done (or it was never recorded); false only on
+  /// CUDA_ERROR_NOT_READY. @throws Error for any other error.
+  bool done() const;
+
+  /// The time between `start` and `end` (cuEventElapsedTime), in milliseconds.
+  /// @throws Error saying which event had timing disabled, was never recorded, or is not
+  /// done yet (CUDA_ERROR_NOT_READY), or the driver's error.
+  static float elapsed_ms(const Event& start, const Event& end);
+  /// elapsed_ms() as a std::chrono duration.
+  static std::chrono::duration<float, std::milli> elapsed(const Event& start, const Event& end) {
+    return std::chrono::duration<float, std::milli>(elapsed_ms(start, end));
+  }
+
+  /// The handle another process can open with open_ipc() (interprocess events only).
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) when the event is not interprocess; Error on
+  /// a driver failure.
+  CUipcEventHandle ipc_handle() const;
+
+  /// Same CUevent.
+  friend bool operator==(const Event& a, const Event& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  /// Different CUevents.
+  friend bool operator!=(const Event& a, const Event& b) noexcept { return !(a == b); }
+
+ private:
+  friend class Stream;
+  Event(CUevent handle, int device, EventFlags flags) noexcept;
+  void mark_recorded() const noexcept;
+  bool was_recorded() const noexcept;
+
+  CUevent handle_ = nullptr;
+  int device_ = -1;
+  EventFlags flags_ = EventFlags::none;
+  detail::EventOwner* owner_ = nullptr;
+};
+
+}  // namespace custream

@@ -1,0 +1,203 @@
+/// @file
+/// custream::Stream: a CUDA stream as a cheap value handle (CuPy's `Stream`).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "custream/device.hpp"
+
+namespace custream {
+
+class Event;
+
+namespace detail {
+/// Shared ownership of a stream custream created (or of a wrapper's keep-alive owner).
+struct StreamOwner;
+void release(StreamOwner* owner) noexcept;
+void retain(StreamOwner* owner) noexcept;
+}  // namespace detail
+
+/// A CUDA stream handle.
+///
+/// Streams custream creates are owned: the last Stream referring to one destroys it (a stream
+/// that is current in some thread is referred to by that thread, so it stays alive). Wrapped
+/// foreign streams (ExternalStream) and the special handles never destroy their CUstream;
+/// copying one of those costs no atomic operation and no allocation.
+///
+/// `device_id()` is the stream's device, known from creation or inferred once when wrapping;
+/// it is -1 for the special handles 0 (null), 1 (legacy) and 2 (per-thread), whose device is
+/// whatever context is current when they are used.
+///
+/// Hot-path calls (record, wait_event, done, synchronize) issue exactly one driver call and
+/// switch no context.
+class Stream {
+ public:
+  /// What a stream handle is.
+  enum class Kind : std::uint8_t {
+    special,   ///< 0, CU_STREAM_LEGACY or CU_STREAM_PER_THREAD: never destroyed, device -1
+    created,   ///< created (and owned) by custream
+    external,  ///< wrapped foreign stream, never destroyed (ExternalStream)
+  };
+
+  /// The null stream (handle 0): the legacy default stream of the current context.
+  Stream() noexcept = default;
+
+  /// Creates a stream on the current device (Device::current()).
+  /// @param non_blocking  CU_STREAM_NON_BLOCKING: no implicit synchronisation with the
+  ///                      legacy default stream.
+  /// @param priority      lower is higher priority; the driver clamps it to its range
+  ///                      (priority() reads back the clamped value).
+  /// @throws Error when creation fails (naming the device).
+  explicit Stream(bool non_blocking, int priority = 0);
+  /// Creates a stream on `device`; see Stream(bool, int).
+  explicit Stream(Device device, bool non_blocking = false, int priority = 0);
+
+  /// The null stream (0). Its device is the current one at each use.
+  static Stream null() noexcept { return Stream(); }
+  /// CU_STREAM_LEGACY (1), the legacy default stream.
+  static Stream legacy() noexcept { return Stream(CU_STREAM_LEGACY); }
+  /// CU_STREAM_PER_THREAD (2), the calling thread's per-thread default stream.
+  static Stream per_thread() noexcept { return Stream(CU_STREAM_PER_THREAD); }
+
+  Stream(const Stream& other) noexcept;
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(const Stream& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  /// Drops this reference; destroys the CUstream when it was the last one to a created stream.
+  ~Stream() { detail::release(owner_); }
+
+  /// The CUstream (also usable as a cudaStream_t).
+  CUstream handle() const noexcept { return handle_; }
+  /// The device ordinal, or -1 for a special handle.
+  int device_id() const noexcept { return device_; }
+  /// The stream's context, or null for a special handle.
+  CUcontext context() const noexcept { return context_; }
+  /// What the handle is.
+  Kind kind() const noexcept { return kind_; }
+  /// True for the special handles 0, 1 and 2 (also when wrapped by ExternalStream).
+  bool is_special() const noexcept {
+    return reinterpret_cast<std::uintptr_t>(handle_) <=
+           reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
+  }
+
+  /// The priority, as clamped by the driver (cuStreamGetPriority; capture-safe).
+  /// @throws Error on a driver failure.
+  int priority() const;
+  /// True when created with CU_STREAM_NON_BLOCKING. Known without a driver call for created
+  /// streams; for others cuStreamGetFlags is asked, but never while the stream captures (the
+  /// driver would invalidate the capture): that throws instead.
+  /// @throws Error on a driver failure or while a wrapped stream captures.
+  bool non_blocking() const;
+  /// The driver's unique stream id (cuStreamGetId, driver >= 12.0); refused like
+  /// non_blocking() while the stream captures.
+  /// @throws Error on a driver failure, while capturing, or with an older driver.
+  unsigned long long id() const;
+
+  /// Waits until all work on the stream is done (cuStreamSynchronize).
+  /// @throws Error naming the stream and device on failure.
+  void synchronize() const;
+  /// True when all work is done; false only on CUDA_ERROR_NOT_READY.
+  /// @throws Error for any other error (a dead GPU does not look busy forever).
+  bool done() const;
+
+  /// Records a new event (timing disabled) on the stream and returns it.
+  /// @throws Error on a driver failure.
+  Event record() const;
+  /// Records `event` on the stream and returns it.
+  /// @throws Error on a driver failure.
+  const Event& record(const Event& event) const;
+  /// Makes later work on this stream wait for `event` (cuStreamWaitEvent).
+  /// @throws Error on a driver failure.
+  void wait_event(const Event& event) const;
+  /// Makes later work on this stream wait for the work enqueued so far on `other`.
+  /// @throws Error on a driver failure.
+  void wait(const Stream& other) const;
+
+  /// Makes this stream the current stream of its device in this thread and returns it
+  /// (CuPy's `use()`). A special handle becomes current for the current device.
+  /// @throws Error when the stream's device is not the current device (naming both).
+  const Stream& use() const;
+
+  /// Enqueues a memset of `count` bytes at `dst` to `value` (cuMemsetD8Async).
+  /// @throws Error on a driver failure.
+  void memset(CUdeviceptr dst, unsigned char value, std::size_t count) const;
+  /// Enqueues a memset of `count` 32-bit words at `dst` to `value` (cuMemsetD32Async).
+  /// @throws Error on a driver failure.
+  void memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const;
+  /// Enqueues a copy of `bytes` bytes (cuMemcpyAsync; unified addressing decides the
+  /// direction, so device and host pointers both work).
+  /// @throws Error on a driver failure.
+  void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const;
+  /// Enqueues a host-to-device copy (cuMemcpyHtoDAsync). @throws Error on a driver failure.
+  void copy(CUdeviceptr dst, const void* src, std::size_t bytes) const;
+  /// Enqueues a device-to-host copy (cuMemcpyDtoHAsync). @throws Error on a driver failure.
+  void copy(void* dst, CUdeviceptr src, std::size_t bytes) const;
+
+  // --- Host functions, callbacks and capture (lib/host_function.cpp, lib/capture.cpp) ---
+
+  /// "<Stream 0x7f… (device 0)>" (created, or null/legacy/per_thread()) or
+  /// "<ExternalStream 0x1 (device -1)>" (wrapped).
+  std::string to_string() const;
+
+  /// Same handle.
+  friend bool operator==(const Stream& a, const Stream& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  /// Different handles.
+  friend bool operator!=(const Stream& a, const Stream& b) noexcept { return !(a == b); }
+  /// Orders by handle value.
+  friend bool operator<(const Stream& a, const Stream& b) noexcept {
+    return std::less<CUstream>()(a.handle_, b.handle_);
+  }
+  /// Orders by handle value.
+  friend bool operator>(const Stream& a, const Stream& b) noexcept { return b < a; }
+  /// Orders by handle value.
+  friend bool operator<=(const Stream& a, const Stream& b) noexcept { return !(b < a); }
+  /// Orders by handle value.
+  friend bool operator>=(const Stream& a, const Stream& b) noexcept { return !(a < b); }
+
+ protected:
+  /// A special handle (0, 1 or 2).
+  explicit Stream(CUstream special) noexcept : handle_(special) {}
+  /// Wraps `handle` without owning it; see ExternalStream.
+  Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive);
+
+ private:
+  friend class StreamScope;
+  /// The device whose current stream this becomes: its own, or the current device for a
+  /// special handle. @throws Error when the stream's device is not current.
+  int device_for_use(const char* call) const;
+  /// Runs `call` on the stream; for a special handle with no current context, once more
+  /// with the current device's primary context (only on that failure: hot paths pay nothing).
+  template <typename Call>
+  CUresult on_stream(Call call) const;
+  [[noreturn]] void fail(CUresult result, const char* call) const;
+
+  CUstream handle_ = nullptr;
+  CUcontext context_ = nullptr;
+  int device_ = -1;
+  Kind kind_ = Kind::special;
+  bool non_blocking_ = false;  // created streams only
+  detail::StreamOwner* owner_ = nullptr;
+};
+
+/// Writes to_string().
+std::ostream& operator<<(std::ostream& out, const Stream& stream);
+
+}  // namespace custream
+
+/// Hashes by handle value, like CuPy.
+template <>
+struct std::hash<custream::Stream> {
+  /// The hash of the handle.
+  std::size_t operator()(const custream::Stream& s) const noexcept {
+    return std::hash<CUstream>()(s.handle());
+  }
+};

@@ -1,0 +1,84 @@
+// The current stream per thread and device: current_stream(), Stream::use(), StreamScope.
+// Invariants: stream.hpp (4).
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "context.hpp"
+#include "custream/current_stream.hpp"
+#include "custream/error.hpp"
+#include "custream/stream_scope.hpp"
+#include "stream.hpp"
+
+namespace custream {
+namespace detail {
+
+thread_local Stream* t_current_streams = nullptr;
+
+namespace {
+// Frees this thread's array when the thread ends (dropping its references).
+struct CurrentStreamsOwner {
+  std::unique_ptr<Stream[]> slots;
+  ~CurrentStreamsOwner() { t_current_streams = nullptr; }
+};
+thread_local CurrentStreamsOwner t_owner;
+
+Stream default_stream() {
+  static const bool per_thread = [] {
+    const char* v = std::getenv("CUSTREAM_PER_THREAD_DEFAULT_STREAM");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return per_thread ? Stream::per_thread() : Stream::null();
+}
+}  // namespace
+
+Stream* init_current_streams() {
+  const Loaded& l = loaded();
+  auto slots = std::make_unique<Stream[]>(l.device_count > 0 ? l.device_count : 1);
+  const Stream initial = default_stream();
+  for (int i = 0; i < l.device_count; ++i) slots[i] = initial;
+  t_owner.slots = std::move(slots);
+  return t_current_streams = t_owner.slots.get();
+}
+
+}  // namespace detail
+
+Stream current_stream(int device_id) {
+  const detail::Loaded& l = detail::loaded();
+  if (device_id == -1) {
+    device_id = detail::current_device_ordinal(l);
+  } else if (device_id < 0 || device_id >= l.device_count) {
+    (void)Device(device_id);  // throws the out-of-range error
+  }
+  return detail::current_slot(device_id);
+}
+
+int Stream::device_for_use(const char* call) const {
+  const detail::Loaded& l = detail::loaded();
+  CUcontext context = nullptr;
+  if (CUresult r = l.api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
+    detail::throw_error(r, "cuCtxGetCurrent");
+  }
+  if (context != nullptr && context == context_) return device_;  // the common case
+  const int current = detail::device_of_current(l, context);
+  if (is_special() || current == device_) return current;
+  throw Error(CUDA_ERROR_INVALID_DEVICE, call, to_string(),
+              "the stream belongs to device " + std::to_string(device_) + " but device " +
+                  std::to_string(current) + " is current");
+}
+
+const Stream& Stream::use() const {
+  detail::current_slot(device_for_use("custream::Stream::use")) = *this;
+  return *this;
+}
+
+StreamScope::StreamScope(const Stream& stream)
+    : device_(stream.device_for_use("custream::StreamScope")) {
+  Stream& slot = detail::current_slot(device_);
+  previous_ = std::move(slot);
+  slot = stream;
+}
+
+StreamScope::~StreamScope() { detail::current_slot(device_) = std::move(previous_); }
+
+}  // namespace custream

@@ -1,0 +1,186 @@
+// custream::Event.
+//
+// Design note — invariants:
+//  1. An Event is {handle, device, flags, owner}; copies share the owner, whose last release
+//     destroys the CUevent (cuEventDestroy needs no current context).
+//  2. The owner remembers whether any copy recorded the event, so elapsed-time errors can
+//     say "never recorded" instead of the driver's bare CUDA_ERROR_INVALID_HANDLE.
+#include <atomic>
+
+#include "context.hpp"
+#include "custream/context_scope.hpp"
+#include "custream/current_stream.hpp"
+#include "custream/error.hpp"
+#include "custream/event.hpp"
+#include "custream/stream.hpp"
+
+namespace custream {
+namespace detail {
+
+struct EventOwner {
+  std::atomic<long> refs{1};
+  std::atomic<bool> recorded{false};
+  CUevent event = nullptr;
+};
+
+void retain(EventOwner* owner) noexcept {
+  if (owner != nullptr) owner->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void release(EventOwner* owner) noexcept {
+  if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // Loaded and never unloaded; CUDA_ERROR_DEINITIALIZED at exit leaves nothing to do.
+  (void)g_loaded.load(std::memory_order_acquire)->api.cuEventDestroy(owner->event);
+  delete owner;
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string event_text(CUevent e, int device) {
+  return "event " + detail::pointer_text(e) + " (device " + std::to_string(device) + ")";
+}
+
+unsigned driver_flags(EventFlags flags) {
+  unsigned f = 0;
+  if ((flags & EventFlags::blocking_sync) != EventFlags::none) f |= CU_EVENT_BLOCKING_SYNC;
+  if ((flags & EventFlags::timing) == EventFlags::none) f |= CU_EVENT_DISABLE_TIMING;
+  if ((flags & EventFlags::interprocess) != EventFlags::none) f |= CU_EVENT_INTERPROCESS;
+  return f;
+}
+
+}  // namespace
+
+Event::Event(EventFlags flags) : Event(Device::current(), flags) {}
+
+Event::Event(Device device, EventFlags flags) : device_(device.ordinal()), flags_(flags) {
+  if ((flags & EventFlags::interprocess) != EventFlags::none &&
+      (flags & EventFlags::timing) != EventFlags::none) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", "device " + std::to_string(device_),
+                "an interprocess event cannot keep timing; drop EventFlags::timing");
+  }
+  const detail::Loaded& l = detail::loaded();
+  ContextScope scope(detail::primary_context(l, device_));
+  if (CUresult r = l.api.cuEventCreate(&handle_, driver_flags(flags)); r != CUDA_SUCCESS) {
+    detail::throw_device_error(r, "cuEventCreate", device_);
+  }
+  owner_ = new detail::EventOwner;
+  owner_->event = handle_;
+}
+
+Event::Event(CUevent handle, int device, EventFlags flags) noexcept
+    : handle_(handle), device_(device), flags_(flags), owner_(new detail::EventOwner) {
+  owner_->event = handle;
+}
+
+Event Event::open_ipc(const CUipcEventHandle& handle) {
+  const detail::Loaded& l = detail::loaded();
+  auto open = detail::require(l.api.cuIpcOpenEventHandle, "cuIpcOpenEventHandle");
+  const int device = detail::current_device_ordinal(l);
+  ContextScope scope(detail::primary_context(l, device));
+  CUevent event = nullptr;
+  if (CUresult r = open(&event, handle); r != CUDA_SUCCESS) {
+    detail::throw_device_error(r, "cuIpcOpenEventHandle", device);
+  }
+  return Event(event, device, EventFlags::interprocess);
+}
+
+Event::Event(const Event& other) noexcept
+    : handle_(other.handle_), device_(other.device_), flags_(other.flags_), owner_(other.owner_) {
+  detail::retain(owner_);
+}
+
+Event::Event(Event&& other) noexcept
+    : handle_(other.handle_), device_(other.device_), flags_(other.flags_), owner_(other.owner_) {
+  other.owner_ = nullptr;
+  other.handle_ = nullptr;
+}
+
+Event& Event::operator=(const Event& other) noexcept {
+  if (this != &other) {
+    detail::retain(other.owner_);
+    detail::release(owner_);
+    handle_ = other.handle_;
+    device_ = other.device_;
+    flags_ = other.flags_;
+    owner_ = other.owner_;
+  }
+  return *this;
+}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    detail::release(owner_);
+    handle_ = other.handle_;
+    device_ = other.device_;
+    flags_ = other.flags_;
+    owner_ = other.owner_;
+    other.owner_ = nullptr;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+void Event::mark_recorded() const noexcept {
+  if (owner_ != nullptr && !owner_->recorded.load(std::memory_order_relaxed)) {
+    owner_->recorded.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool Event::was_recorded() const noexcept {
+  return owner_ != nullptr && owner_->recorded.load(std::memory_order_relaxed);
+}
+
+void Event::record() { record(current_stream(device_)); }
+
+void Event::record(const Stream& stream) { stream.record(*this); }
+
+void Event::synchronize() const {
+  if (CUresult r = detail::api().cuEventSynchronize(handle_); r != CUDA_SUCCESS) {
+    detail::throw_error(r, "cuEventSynchronize", event_text(handle_, device_));
+  }
+}
+
+bool Event::done() const {
+  CUresult r = detail::api().cuEventQuery(handle_);
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  detail::throw_error(r, "cuEventQuery", event_text(handle_, device_));
+}
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  float ms = 0;
+  CUresult r = detail::api().cuEventElapsedTime(&ms, start.handle_, end.handle_);
+  if (r == CUDA_SUCCESS) return ms;
+  std::string why;
+  for (const Event* e : {&start, &end}) {
+    const char* which = e == &start ? "start" : "end";
+    if ((e->flags_ & EventFlags::timing) == EventFlags::none) {
+      why += std::string(why.empty() ? "" : "; ") + "the " + which +
+             " event has timing disabled (create it with EventFlags::timing)";
+    } else if (!e->was_recorded()) {
+      why += std::string(why.empty() ? "" : "; ") + "the " + which + " event was never recorded";
+    }
+  }
+  if (why.empty() && r == CUDA_ERROR_NOT_READY) why = "an event has not completed yet";
+  detail::throw_error(r, "cuEventElapsedTime",
+                      event_text(start.handle_, start.device_) + " -> " +
+                          event_text(end.handle_, end.device_),
+                      why);
+}
+
+CUipcEventHandle Event::ipc_handle() const {
+  if ((flags_ & EventFlags::interprocess) == EventFlags::none) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "cuIpcGetEventHandle", event_text(handle_, device_),
+                "the event was not created with EventFlags::interprocess");
+  }
+  auto get = detail::require(detail::api().cuIpcGetEventHandle, "cuIpcGetEventHandle");
+  CUipcEventHandle handle{};
+  if (CUresult r = get(&handle, handle_); r != CUDA_SUCCESS) {
+    detail::throw_error(r, "cuIpcGetEventHandle", event_text(handle_, device_));
+  }
+  return handle;
+}
+
+}  // namespace custream

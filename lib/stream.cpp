@@ -1,0 +1,301 @@
+// custream::Stream and ExternalStream. Invariants: stream.hpp.
+#include "stream.hpp"
+
+#include <ostream>
+
+#include "context.hpp"
+#include "custream/context_scope.hpp"
+#include "custream/error.hpp"
+#include "custream/event.hpp"
+#include "custream/external_stream.hpp"
+
+namespace custream {
+namespace detail {
+
+void retain(StreamOwner* owner) noexcept {
+  if (owner != nullptr) owner->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void release(StreamOwner* owner) noexcept {
+  if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (owner->destroy != nullptr) {
+    // The driver is loaded (the stream was created through it) and never unloaded; at exit
+    // it may answer CUDA_ERROR_DEINITIALIZED, which leaves nothing to do (invariant 2).
+    (void)g_loaded.load(std::memory_order_acquire)->api.cuStreamDestroy(owner->destroy);
+  }
+  delete owner;
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr const char* kind_name(Stream::Kind kind) {
+  return kind == Stream::Kind::external ? "ExternalStream" : "Stream";
+}
+
+}  // namespace
+
+Stream::Stream(bool non_blocking, int priority)
+    : Stream(Device::current(), non_blocking, priority) {}
+
+Stream::Stream(Device device, bool non_blocking, int priority)
+    : device_(device.ordinal()), kind_(Kind::created), non_blocking_(non_blocking) {
+  const detail::Loaded& l = detail::loaded();
+  context_ = detail::primary_context(l, device_);
+  ContextScope scope(context_);
+  const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+  if (CUresult r = l.api.cuStreamCreateWithPriority(&handle_, flags, priority);
+      r != CUDA_SUCCESS) {
+    detail::throw_error(r, "cuStreamCreateWithPriority", "device " + std::to_string(device_),
+                        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
+  }
+  owner_ = new detail::StreamOwner;
+  owner_->destroy = handle_;
+}
+
+Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
+    : handle_(handle), kind_(Kind::external) {
+  if (!is_special()) {
+    // Infer once, capture-safely (invariant 3).
+    const detail::Loaded& l = detail::loaded();
+    CUresult r;
+    if (l.api.cuStreamGetCtx_v2 != nullptr) {
+      CUgreenCtx green = nullptr;
+      r = l.api.cuStreamGetCtx_v2(handle, &context_, &green);
+    } else {
+      r = l.api.cuStreamGetCtx(handle, &context_);
+    }
+    if (r != CUDA_SUCCESS) detail::throw_stream_error(r, "cuStreamGetCtx", handle, device_id);
+    device_ = detail::device_of_context(context_);
+    if (device_id != -1 && device_id != device_) {
+      throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
+                  "stream " + detail::pointer_text(handle),
+                  "it was given device " + std::to_string(device_id) +
+                      " but belongs to device " + std::to_string(device_) + " (cuStreamGetCtx)");
+    }
+  }
+  if (keep_alive) {
+    owner_ = new detail::StreamOwner;
+    owner_->keep_alive = std::move(keep_alive);
+  }
+}
+
+Stream::Stream(const Stream& other) noexcept
+    : handle_(other.handle_),
+      context_(other.context_),
+      device_(other.device_),
+      kind_(other.kind_),
+      non_blocking_(other.non_blocking_),
+      owner_(other.owner_) {
+  detail::retain(owner_);
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : handle_(other.handle_),
+      context_(other.context_),
+      device_(other.device_),
+      kind_(other.kind_),
+      non_blocking_(other.non_blocking_),
+      owner_(other.owner_) {
+  other.owner_ = nullptr;
+}
+
+Stream& Stream::operator=(const Stream& other) noexcept {
+  if (this != &other) {
+    detail::retain(other.owner_);
+    detail::release(owner_);
+    handle_ = other.handle_;
+    context_ = other.context_;
+    device_ = other.device_;
+    kind_ = other.kind_;
+    non_blocking_ = other.non_blocking_;
+    owner_ = other.owner_;
+  }
+  return *this;
+}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    detail::release(owner_);
+    handle_ = other.handle_;
+    context_ = other.context_;
+    device_ = other.device_;
+    kind_ = other.kind_;
+    non_blocking_ = other.non_blocking_;
+    owner_ = other.owner_;
+    other.owner_ = nullptr;
+  }
+  return *this;
+}
+
+template <typename Call>
+CUresult Stream::on_stream(Call call) const {
+  CUresult r = call();
+  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
+    const detail::Loaded& l = detail::loaded();
+    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
+    r = call();
+  }
+  return r;
+}
+
+void Stream::fail(CUresult result, const char* call) const {
+  std::string detail;
+  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    detail = "the call is not allowed while the stream (or the legacy stream it depends on) "
+             "captures; the driver has now invalidated that capture";
+  }
+  detail::throw_error(result, call, to_string(), std::move(detail));
+}
+
+int Stream::priority() const {
+  int value = 0;
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuStreamGetPriority(h, &value); }); r != CUDA_SUCCESS) {
+    fail(r, "cuStreamGetPriority");
+  }
+  return value;
+}
+
+namespace {
+// Throws instead of a capture-unsafe query on a capturing stream (invariant 3).
+void refuse_while_capturing(const Stream& s, const char* call) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = detail::api().cuStreamIsCapturing(s.handle(), &status);
+  if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) return;
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT) {
+    detail::throw_error(r, "cuStreamIsCapturing", s.to_string());
+  }
+  if (r == CUDA_SUCCESS) {
+    throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, s.to_string(),
+                "custream refused it: the stream is capturing, and the driver would invalidate "
+                "the capture");
+  }
+}
+}  // namespace
+
+bool Stream::non_blocking() const {
+  if (kind_ == Kind::created) return non_blocking_;
+  refuse_while_capturing(*this, "cuStreamGetFlags");
+  unsigned flags = 0;
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuStreamGetFlags(h, &flags); }); r != CUDA_SUCCESS) {
+    fail(r, "cuStreamGetFlags");
+  }
+  return (flags & CU_STREAM_NON_BLOCKING) != 0;
+}
+
+unsigned long long Stream::id() const {
+  auto get_id = detail::require(detail::api().cuStreamGetId, "cuStreamGetId");
+  refuse_while_capturing(*this, "cuStreamGetId");
+  unsigned long long value = 0;
+  CUstream h = handle_;
+  if (CUresult r = on_stream([&] { return get_id(h, &value); }); r != CUDA_SUCCESS) {
+    fail(r, "cuStreamGetId");
+  }
+  return value;
+}
+
+void Stream::synchronize() const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuStreamSynchronize(h); }); r != CUDA_SUCCESS) {
+    fail(r, "cuStreamSynchronize");
+  }
+}
+
+bool Stream::done() const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  CUresult r = on_stream([&] { return api.cuStreamQuery(h); });
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  fail(r, "cuStreamQuery");
+}
+
+Event Stream::record() const {
+  Event event(device_ >= 0 ? Device(device_) : Device::current());
+  record(event);
+  return event;
+}
+
+const Event& Stream::record(const Event& event) const {
+  CUstream h = handle_;
+  CUevent e = event.handle();
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuEventRecord(e, h); }); r != CUDA_SUCCESS) {
+    fail(r, "cuEventRecord");
+  }
+  event.mark_recorded();
+  return event;
+}
+
+void Stream::wait_event(const Event& event) const {
+  CUstream h = handle_;
+  CUevent e = event.handle();
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuStreamWaitEvent(h, e, 0); }); r != CUDA_SUCCESS) {
+    fail(r, "cuStreamWaitEvent");
+  }
+}
+
+void Stream::wait(const Stream& other) const { wait_event(other.record()); }
+
+void Stream::memset(CUdeviceptr dst, unsigned char value, std::size_t count) const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuMemsetD8Async(dst, value, count, h); });
+      r != CUDA_SUCCESS) {
+    fail(r, "cuMemsetD8Async");
+  }
+}
+
+void Stream::memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuMemsetD32Async(dst, value, count, h); });
+      r != CUDA_SUCCESS) {
+    fail(r, "cuMemsetD32Async");
+  }
+}
+
+void Stream::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuMemcpyAsync(dst, src, bytes, h); });
+      r != CUDA_SUCCESS) {
+    fail(r, "cuMemcpyAsync");
+  }
+}
+
+void Stream::copy(CUdeviceptr dst, const void* src, std::size_t bytes) const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuMemcpyHtoDAsync(dst, src, bytes, h); });
+      r != CUDA_SUCCESS) {
+    fail(r, "cuMemcpyHtoDAsync");
+  }
+}
+
+void Stream::copy(void* dst, CUdeviceptr src, std::size_t bytes) const {
+  CUstream h = handle_;
+  const auto& api = detail::api();
+  if (CUresult r = on_stream([&] { return api.cuMemcpyDtoHAsync(dst, src, bytes, h); });
+      r != CUDA_SUCCESS) {
+    fail(r, "cuMemcpyDtoHAsync");
+  }
+}
+
+std::string Stream::to_string() const {
+  return std::string("<") + kind_name(kind_) + " " + detail::pointer_text(handle_) + " (device " +
+         std::to_string(device_) + ")>";
+}
+
+std::ostream& operator<<(std::ostream& out, const Stream& stream) {
+  return out << stream.to_string();
+}
+
+}  // namespace custream

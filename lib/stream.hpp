@@ -1,0 +1,42 @@
+// Internals shared by streams, events and the current-stream machinery.
+//
+// Design note — invariants:
+//  1. A Stream is {handle, context, device, kind, flags, owner}. Only created streams and
+//     wrappers with a keep-alive owner have an owner; copying any other Stream copies five
+//     words: no atomic, no allocation.
+//  2. A StreamOwner is freed by the release that drops its count to zero; for a created
+//     stream that release calls cuStreamDestroy (which needs no current context), ignoring
+//     CUDA_ERROR_DEINITIALIZED at process exit.
+//  3. Device and context of a wrapped stream are inferred once, with cuStreamGetCtx only
+//     (capture-safe), never with cuStreamGetDevice / cuStreamQuery (they invalidate a capture).
+//  4. Each thread keeps one current Stream per device in a thread-local array, allocated on
+//     first use; its slots hold references, so a current stream stays alive.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "custream/stream.hpp"
+#include "driver.hpp"
+
+namespace custream::detail {
+
+struct StreamOwner {
+  std::atomic<long> refs{1};
+  CUstream destroy = nullptr;       // created streams: destroyed with the last reference
+  std::shared_ptr<void> keep_alive;  // wrappers: the caller's owner
+};
+
+/// This thread's current streams, one per device (invariant 4); null until first use.
+extern thread_local Stream* t_current_streams;
+/// Allocates this thread's array (slow path of current_slot).
+[[gnu::cold]] Stream* init_current_streams();
+
+/// This thread's current-stream slot for device `ordinal` (must be valid).
+inline Stream& current_slot(int ordinal) {
+  Stream* slots = t_current_streams;
+  if (slots == nullptr) slots = init_current_streams();
+  return slots[ordinal];
+}
+
+}  // namespace custream::detail
