@@ -5,13 +5,14 @@
 //     destroys the CUevent (cuEventDestroy needs no current context).
 //  2. The owner remembers whether any copy recorded the event, so elapsed-time errors can
 //     say "never recorded" instead of the driver's bare CUDA_ERROR_INVALID_HANDLE.
+#include "custream/event.hpp"
+
 #include <atomic>
 
 #include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/error.hpp"
-#include "custream/event.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
@@ -52,14 +53,21 @@ unsigned driver_flags(EventFlags flags) {
 
 }  // namespace
 
-Event::Event(EventFlags flags) : Event(Device::current(), flags) {}
-
-Event::Event(Device device, EventFlags flags) : device_(device.ordinal()), flags_(flags) {
+namespace {
+// Refuses interprocess|timing before any driver call; returns `flags`.
+EventFlags checked(EventFlags flags) {
   if ((flags & EventFlags::interprocess) != EventFlags::none &&
       (flags & EventFlags::timing) != EventFlags::none) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", "device " + std::to_string(device_),
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
                 "an interprocess event cannot keep timing; drop EventFlags::timing");
   }
+  return flags;
+}
+}  // namespace
+
+Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flags) {}
+
+Event::Event(Device device, EventFlags flags) : device_(device.ordinal()), flags_(checked(flags)) {
   const detail::Loaded& l = detail::loaded();
   ContextScope scope(detail::primary_context(l, device_));
   if (CUresult r = l.api.cuEventCreate(&handle_, driver_flags(flags)); r != CUDA_SUCCESS) {
@@ -164,10 +172,10 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     }
   }
   if (why.empty() && r == CUDA_ERROR_NOT_READY) why = "an event has not completed yet";
-  detail::throw_error(r, "cuEventElapsedTime",
-                      event_text(start.handle_, start.device_) + " -> " +
-                          event_text(end.handle_, end.device_),
-                      why);
+  detail::throw_error(
+      r, "cuEventElapsedTime",
+      event_text(start.handle_, start.device_) + " -> " + event_text(end.handle_, end.device_),
+      why);
 }
 
 CUipcEventHandle Event::ipc_handle() const {

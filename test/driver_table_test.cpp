@@ -1,5 +1,7 @@
 // The entry-point table: each (symbol, version) is one of cudaTypedefs.h's PFN_<symbol>_v<N>
 // (the build fails otherwise), and the driver really hands out that ABI at that version.
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -13,18 +15,22 @@
 
 namespace {
 
-// symbol → ABI versions, from the `typedef … (CUDAAPI *PFN_<symbol>_v<N>)(` lines.
-std::map<std::string, std::set<int>> header_versions() {
+// symbol → ABI version → parameter list (whitespace removed), from the
+// `typedef CUresult (CUDAAPI *PFN_<symbol>_v<N>)(<parameters>);` lines of cudaTypedefs.h.
+using AbiMap = std::map<std::string, std::map<int, std::string>>;
+AbiMap header_abis() {
   std::ifstream in(CUSTREAM_CUDA_TYPEDEFS_H);
   REQUIRE(in.good());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, std::set<int>> versions;
-  std::regex typedef_re(R"(\*PFN_(cu\w+?)_v(\d+)\)\()");
+  AbiMap abis;
+  std::regex typedef_re(R"(\*PFN_(cu\w+?)_v(\d+)\)\(([^;]*)\);)");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), typedef_re);
        it != std::sregex_iterator(); ++it) {
-    versions[(*it)[1]].insert(std::stoi((*it)[2]));
+    std::string params = (*it)[3];
+    params.erase(std::remove_if(params.begin(), params.end(), ::isspace), params.end());
+    abis[(*it)[1]][std::stoi((*it)[2])] = params;
   }
-  return versions;
+  return abis;
 }
 
 void* resolve(const char* symbol, int version) {
@@ -38,15 +44,15 @@ void* resolve(const char* symbol, int version) {
 }  // namespace
 
 TEST_CASE("every table entry is a PFN_<symbol>_v<version> of cudaTypedefs.h", "[unit][table]") {
-  const auto versions = header_versions();
+  const auto abis = header_abis();
   std::size_t count = 0;
   const custream::detail::DriverEntry* entries = custream::detail::driver_entries(&count);
   REQUIRE(count > 50);
   std::set<std::string> fields;
   for (std::size_t i = 0; i < count; ++i) {
     INFO(entries[i].field << " = " << entries[i].symbol << " v" << entries[i].version);
-    auto it = versions.find(entries[i].symbol);
-    REQUIRE(it != versions.end());
+    auto it = abis.find(entries[i].symbol);
+    REQUIRE(it != abis.end());
     CHECK(it->second.count(entries[i].version) == 1);
     CHECK(fields.insert(entries[i].field).second);
   }
@@ -54,7 +60,7 @@ TEST_CASE("every table entry is a PFN_<symbol>_v<version> of cudaTypedefs.h", "[
 
 TEST_CASE("the driver hands out each entry's ABI exactly from its version on", "[gpu][table]") {
   REQUIRE_DRIVER();
-  const auto versions = header_versions();
+  const auto abis = header_abis();
   std::size_t count = 0;
   const custream::detail::DriverEntry* entries = custream::detail::driver_entries(&count);
   const int driver = custream::driver_info().version;
@@ -66,15 +72,18 @@ TEST_CASE("the driver hands out each entry's ABI exactly from its version on", "
       CHECK_FALSE(e.required);
       continue;
     }
-    const std::set<int>& abis = versions.at(e.symbol);
-    auto next = abis.upper_bound(e.version);
+    const std::map<int, std::string>& versions = abis.at(e.symbol);
+    auto self = versions.find(e.version);
+    REQUIRE(self != versions.end());
+    auto next = std::next(self);
     // The same function up to the last version before the next ABI (or the driver's own).
-    const int last = next == abis.end() ? driver : std::min(*next - 1, driver);
+    const int last = next == versions.end() ? driver : std::min(next->first - 1, driver);
     CHECK(resolve(e.symbol, last) == at_version);
-    // And a different one (or none) just below it, when an older ABI exists: the version
-    // is the boundary where the PFN type's signature starts.
-    auto self = abis.find(e.version);
-    if (self != abis.begin()) CHECK(resolve(e.symbol, e.version - 1) != at_version);
+    // Just below the version, an older ABI with another signature must be another function
+    // (or none): the version is where the PFN type's signature starts.
+    if (self != versions.begin() && std::prev(self)->second != self->second) {
+      CHECK(resolve(e.symbol, e.version - 1) != at_version);
+    }
   }
 }
 

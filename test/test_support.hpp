@@ -22,11 +22,23 @@ inline std::string why_no_driver() {
   }
 }
 
-/// True when the loaded driver is custream's CPU emulator (test/emu).
-inline bool emulated() {
-  if (!custream::driver_available()) return false;
+/// The emulator's control function `name` (test/emu/emu_control.h), or null when the loaded
+/// driver is not custream's CPU emulator.
+template <typename Fn>
+Fn emu_symbol(const char* name) {
+  if (!custream::driver_available()) return nullptr;
   void* handle = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  return handle != nullptr && dlsym(handle, "custream_emu_reset") != nullptr;
+  return handle != nullptr ? reinterpret_cast<Fn>(dlsym(handle, name)) : nullptr;
+}
+
+/// True when the loaded driver is custream's CPU emulator (test/emu).
+inline bool emulated() { return emu_symbol<void (*)()>("custream_emu_reset") != nullptr; }
+
+/// The emulator's count of live driver objects (streams, events, graphs, allocations…).
+inline long emu_live_objects() {
+  auto fn = emu_symbol<long (*)()>("custream_emu_live_objects");
+  REQUIRE(fn != nullptr);
+  return fn();
 }
 
 }  // namespace custream_test

@@ -1,0 +1,217 @@
+// ExternalStream: wrapping foreign streams, device inference, keep-alive owners.
+// SPEC §7 "External" rows plus issue 4's additions.
+#include "custream/external_stream.hpp"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <thread>
+
+#include "custream/current_stream.hpp"
+#include "custream/device_scope.hpp"
+#include "custream/stream_scope.hpp"
+#include "driver.hpp"
+#include "test_support.hpp"
+
+using custream::Device;
+using custream::DeviceScope;
+using custream::ExternalStream;
+using custream::Stream;
+
+namespace {
+
+// Counts operator new calls made by this thread (replaces the global operator new).
+thread_local long t_allocations = 0;
+
+// A stream made with the raw driver on `device`; destroyed by the caller.
+CUstream raw_stream(int device) {
+  const auto& api = custream::detail::api();
+  custream::ContextScope scope(Device(device).primary_context());
+  CUstream s = nullptr;
+  REQUIRE(api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  return s;
+}
+
+void destroy_raw(CUstream s) {
+  REQUIRE(custream::detail::api().cuStreamDestroy(s) == CUDA_SUCCESS);
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  ++t_allocations;
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+TEST_CASE("wrapping infers device and context, and never destroys", "[gpu][external]") {
+  REQUIRE_DRIVER();
+  for (int d = 0; d < Device::count(); ++d) {
+    CUstream raw = raw_stream(d);
+    {
+      DeviceScope other(0);  // the current device does not matter
+      ExternalStream s(raw);
+      CHECK(s.handle() == raw);
+      CHECK(s.device_id() == d);
+      CHECK(s.context() == Device(d).primary_context());
+      CHECK(s.kind() == Stream::Kind::external);
+      CHECK(s.non_blocking());
+      std::ostringstream text;
+      text << s;
+      CHECK(text.str() == "<ExternalStream " + custream::detail::pointer_text(raw) + " (device " +
+                              std::to_string(d) + ")>");
+      ExternalStream checked(raw, d);  // explicit, matching id
+      CHECK(checked == s);
+    }
+    CHECK(custream::detail::api().cuStreamQuery(raw) == CUDA_SUCCESS);  // not destroyed
+    destroy_raw(raw);
+  }
+}
+
+TEST_CASE("a wrong explicit device throws, naming both", "[gpu][external][multi]") {
+  REQUIRE_DRIVER();
+  if (Device::count() < 2) CUSTREAM_SKIP("needs 2 devices (the emulator has 2 by default)");
+  CUstream raw = raw_stream(1);
+  try {
+    ExternalStream s(raw, 0);
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == CUDA_ERROR_INVALID_DEVICE);
+    CHECK(std::string(e.what()).find("given device 0 but belongs to device 1") !=
+          std::string::npos);
+  }
+  destroy_raw(raw);
+}
+
+TEST_CASE("special handles wrapped stay device -1", "[unit][external]") {
+  for (CUstream h : {static_cast<CUstream>(nullptr), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    ExternalStream s(h);  // no driver call: nothing to infer
+    CHECK(s.device_id() == -1);
+    CHECK(s.is_special());
+  }
+  std::ostringstream text;
+  text << ExternalStream(CU_STREAM_LEGACY);
+  CHECK(text.str() == "<ExternalStream 0x1 (device -1)>");
+}
+
+TEST_CASE("copying a non-owning handle allocates nothing", "[gpu][external]") {
+  REQUIRE_DRIVER();
+  CUstream raw = raw_stream(0);
+  {
+    const long before = t_allocations;
+    ExternalStream s(raw);
+    Stream a = s;
+    Stream b = std::move(a);
+    a = b;
+    CHECK(t_allocations == before);
+    CHECK(b.device_id() == 0);
+  }
+  destroy_raw(raw);
+}
+
+TEST_CASE("the keep-alive owner lives exactly as long as the last handle", "[gpu][external]") {
+  REQUIRE_DRIVER();
+  CUstream raw = raw_stream(0);
+  std::atomic<int> freed{0};
+  {
+    std::shared_ptr<void> owner(new int(5), [&](void* p) {
+      delete static_cast<int*>(p);
+      ++freed;
+    });
+    ExternalStream s(raw, -1, std::move(owner));
+    CHECK(freed == 0);
+    std::thread([copy = Stream(s)] { copy.synchronize(); }).join();
+    Stream kept = s;
+    { ExternalStream dropped = std::move(s); }
+    CHECK(freed == 0);
+    DeviceScope scope(0);
+    kept.use();  // this thread now refers to it too
+    kept = Stream();
+    CHECK(freed == 0);
+    Stream::null().use();
+    CHECK(freed == 1);
+  }
+  CHECK(freed == 1);
+  destroy_raw(raw);
+}
+
+TEST_CASE("a wrapped stream works in a scope, synchronize and done", "[gpu][external]") {
+  REQUIRE_DRIVER();
+  CUstream raw = raw_stream(0);
+  {
+    DeviceScope device(0);
+    ExternalStream s(raw);
+    {
+      custream::StreamScope scope(s);
+      CHECK(custream::current_stream() == s);
+      custream::current_stream().synchronize();
+    }
+    CHECK(custream::current_stream() == Stream::null());
+    s.synchronize();
+    CHECK(s.done());
+    CHECK(s.priority() == 0);
+  }
+  destroy_raw(raw);
+}
+
+TEST_CASE("wrapping a capturing stream keeps its capture valid", "[gpu][external][capture]") {
+  REQUIRE_DRIVER();
+  const auto& api = custream::detail::api();
+  CUstream raw = raw_stream(0);
+  REQUIRE(api.cuStreamBeginCapture(raw, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  ExternalStream s(raw);
+  CHECK(s.device_id() == 0);
+  CHECK(s.priority() == 0);  // capture-safe
+  // Capture-unsafe queries are refused before the driver could invalidate the capture.
+  try {
+    (void)s.non_blocking();
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(std::string(e.what()).find("custream refused it") != std::string::npos);
+  }
+  CUstreamCaptureStatus status{};
+  REQUIRE(api.cuStreamIsCapturing(raw, &status) == CUDA_SUCCESS);
+  CHECK(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph graph = nullptr;
+  CHECK(api.cuStreamEndCapture(raw, &graph) == CUDA_SUCCESS);  // not invalidated
+  REQUIRE(graph != nullptr);
+  CHECK(api.cuGraphDestroy(graph) == CUDA_SUCCESS);
+  destroy_raw(raw);
+}
+
+TEST_CASE("a stream created by the CUDA runtime API is wrapped with its device inferred",
+          "[gpu][external][cudart]") {
+  REQUIRE_REAL_GPU();  // the runtime loads the real libcuda, not the emulator
+  void* rt = nullptr;
+  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                           "/usr/local/cuda/lib64/libcudart.so"}) {
+    if ((rt = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  }
+  if (rt == nullptr) CUSTREAM_SKIP("libcudart not found");
+  using SetDevice = int (*)(int);
+  using StreamCreate = int (*)(CUstream*);
+  using StreamDestroy = int (*)(CUstream);
+  auto set_device = reinterpret_cast<SetDevice>(dlsym(rt, "cudaSetDevice"));
+  auto create = reinterpret_cast<StreamCreate>(dlsym(rt, "cudaStreamCreate"));
+  auto destroy = reinterpret_cast<StreamDestroy>(dlsym(rt, "cudaStreamDestroy"));
+  REQUIRE((set_device && create && destroy));
+  std::thread([&] {
+    const int last = Device::count() - 1;
+    REQUIRE(set_device(last) == 0);
+    CUstream s = nullptr;
+    REQUIRE(create(&s) == 0);
+    REQUIRE(set_device(0) == 0);  // another device current while wrapping
+    ExternalStream wrapped(s);
+    CHECK(wrapped.device_id() == last);
+    CHECK(custream::Device::current().ordinal() == 0);  // cudaSetDevice agrees with custream
+    wrapped.synchronize();
+    REQUIRE(destroy(s) == 0);
+  }).join();
+}
