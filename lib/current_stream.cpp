@@ -1,11 +1,12 @@
 // The current stream per thread and device: current_stream(), Stream::use(), StreamScope.
 // Invariants: stream.hpp (4).
+#include "custream/current_stream.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "context.hpp"
-#include "custream/current_stream.hpp"
 #include "custream/error.hpp"
 #include "custream/stream_scope.hpp"
 #include "stream.hpp"

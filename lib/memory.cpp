@@ -21,7 +21,8 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& stream)
     : bytes_(bytes), stream_(stream), ordered_(true) {
   const detail::Loaded& l = detail::loaded();
   auto alloc = detail::require(l.api.cuMemAllocAsync, "cuMemAllocAsync");
-  const int device = stream.device_id() >= 0 ? stream.device_id() : detail::current_device_ordinal(l);
+  const int device =
+      stream.device_id() >= 0 ? stream.device_id() : detail::current_device_ordinal(l);
   ContextScope scope(detail::primary_context(l, device));
   if (CUresult r = alloc(&ptr_, bytes, stream.handle()); r != CUDA_SUCCESS) {
     detail::throw_error(r, "cuMemAllocAsync", stream.to_string(), std::to_string(bytes) + " bytes");

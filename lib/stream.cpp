@@ -45,10 +45,10 @@ Stream::Stream(Device device, bool non_blocking, int priority)
   context_ = detail::primary_context(l, device_);
   ContextScope scope(context_);
   const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  if (CUresult r = l.api.cuStreamCreateWithPriority(&handle_, flags, priority);
-      r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuStreamCreateWithPriority", "device " + std::to_string(device_),
-                        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
+  if (CUresult r = l.api.cuStreamCreateWithPriority(&handle_, flags, priority); r != CUDA_SUCCESS) {
+    detail::throw_error(
+        r, "cuStreamCreateWithPriority", "device " + std::to_string(device_),
+        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
   }
   owner_ = new detail::StreamOwner;
   owner_->destroy = handle_;
@@ -71,8 +71,8 @@ Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
     if (device_id != -1 && device_id != device_) {
       throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
                   "stream " + detail::pointer_text(handle),
-                  "it was given device " + std::to_string(device_id) +
-                      " but belongs to device " + std::to_string(device_) + " (cuStreamGetCtx)");
+                  "it was given device " + std::to_string(device_id) + " but belongs to device " +
+                      std::to_string(device_) + " (cuStreamGetCtx)");
     }
   }
   if (keep_alive) {
@@ -142,9 +142,11 @@ CUresult Stream::on_stream(Call call) const {
 
 void Stream::fail(CUresult result, const char* call) const {
   std::string detail;
-  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
-    detail = "the call is not allowed while the stream (or the legacy stream it depends on) "
-             "captures; the driver has now invalidated that capture";
+  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+      result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    detail =
+        "the call is not allowed while the stream (or the legacy stream it depends on) "
+        "captures; the driver has now invalidated that capture";
   }
   detail::throw_error(result, call, to_string(), std::move(detail));
 }
@@ -153,7 +155,8 @@ int Stream::priority() const {
   int value = 0;
   CUstream h = handle_;
   const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuStreamGetPriority(h, &value); }); r != CUDA_SUCCESS) {
+  if (CUresult r = on_stream([&] { return api.cuStreamGetPriority(h, &value); });
+      r != CUDA_SUCCESS) {
     fail(r, "cuStreamGetPriority");
   }
   return value;

@@ -23,7 +23,7 @@ namespace custream::detail {
 
 struct StreamOwner {
   std::atomic<long> refs{1};
-  CUstream destroy = nullptr;       // created streams: destroyed with the last reference
+  CUstream destroy = nullptr;        // created streams: destroyed with the last reference
   std::shared_ptr<void> keep_alive;  // wrappers: the caller's owner
 };
 

@@ -44,7 +44,7 @@ class DeviceBuffer {
  private:
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
-  Stream stream_;          // stream-ordered buffers only
+  Stream stream_;  // stream-ordered buffers only
   bool ordered_ = false;
 };
 

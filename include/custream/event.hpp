@@ -15,10 +15,10 @@ class Stream;
 
 /// Event creation flags; combine with `|`.
 enum class EventFlags : unsigned {
-  none = 0,               ///< timing disabled, spin on synchronize (the default)
-  blocking_sync = 1,      ///< CU_EVENT_BLOCKING_SYNC: synchronize() sleeps instead of spinning
-  timing = 2,             ///< keep timestamps (recording costs ~8× more; off by default)
-  interprocess = 4,       ///< CU_EVENT_INTERPROCESS: shareable through ipc_handle()
+  none = 0,           ///< timing disabled, spin on synchronize (the default)
+  blocking_sync = 1,  ///< CU_EVENT_BLOCKING_SYNC: synchronize() sleeps instead of spinning
+  timing = 2,         ///< keep timestamps (recording costs ~8× more; off by default)
+  interprocess = 4,   ///< CU_EVENT_INTERPROCESS: shareable through ipc_handle()
 };
 /// Both flag sets.
 constexpr EventFlags operator|(EventFlags a, EventFlags b) noexcept {
@@ -91,9 +91,7 @@ class Event {
   CUipcEventHandle ipc_handle() const;
 
   /// Same CUevent.
-  friend bool operator==(const Event& a, const Event& b) noexcept {
-    return a.handle_ == b.handle_;
-  }
+  friend bool operator==(const Event& a, const Event& b) noexcept { return a.handle_ == b.handle_; }
   /// Different CUevents.
   friend bool operator!=(const Event& a, const Event& b) noexcept { return !(a == b); }
 
