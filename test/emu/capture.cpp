@@ -1,0 +1,217 @@
+// Stream capture: begin/end, status queries, capture modes, fork/join bookkeeping.
+#include <algorithm>
+
+#include "emu.hpp"
+
+namespace emu {
+namespace {
+
+thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+bool valid_mode(CUstreamCaptureMode m) {
+  return m == CU_STREAM_CAPTURE_MODE_GLOBAL || m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+         m == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+CUresult begin_capture(CUstream h, CUstreamCaptureMode mode) {
+  if (!valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+  // SPEC §1 (H200): capture is refused on the legacy handles, allowed on the per-thread one.
+  if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = resolve_stream(h, &st)) return r;
+  if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  auto cap = std::make_shared<Capture>();
+  cap->id = s.next_id++;
+  cap->graph = new_graph();
+  cap->graph->owned_by_capture = true;
+  cap->mode = mode;
+  cap->origin = st;
+  cap->streams.insert(st);
+  cap->thread = std::this_thread::get_id();
+  cap->ctx = st->ctx;
+  s.captures.insert(cap);
+  st->capture = cap;
+  st->frontier.clear();
+  st->frontier_edges.clear();
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode) {
+  EMU_ENTER("cuStreamBeginCapture");
+  return begin_capture(h, mode);
+}
+
+CUresult stream_begin_capture_v1(CUstream h) {
+  EMU_ENTER("cuStreamBeginCapture");
+  return begin_capture(h, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+// True when some stream of the capture has work the origin stream did not join back.
+bool unjoined(const Capture& c) {
+  std::set<const Node*> reach;
+  std::vector<const Node*> todo(c.origin->frontier.begin(), c.origin->frontier.end());
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!reach.insert(n).second) continue;
+    for (const Node* d : n->deps) todo.push_back(d);
+  }
+  for (Stream* st : c.streams) {
+    if (st == c.origin) continue;
+    for (const Node* n : st->frontier)
+      if (!reach.count(n)) return true;
+  }
+  return false;
+}
+
+CUresult stream_end_capture(CUstream h, CUgraph* ph) {
+  EMU_ENTER("cuStreamEndCapture");
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = resolve_stream(h, &st)) return r;
+  if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  std::shared_ptr<Capture> cap = st->capture;
+  if (!cap) return CUDA_ERROR_ILLEGAL_STATE;
+  *ph = nullptr;
+  if (cap->origin != st) {
+    invalidate(cap.get());
+    return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  }
+  if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id())
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  CUresult result = CUDA_SUCCESS;
+  if (cap->invalidated) {
+    result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  } else if (unjoined(*cap)) {
+    result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  }
+  end_capture_streams(cap);
+  if (result != CUDA_SUCCESS) {
+    destroy_graph(cap->graph);
+  } else {
+    cap->graph->owned_by_capture = false;
+    s.live.fetch_add(1);
+    *ph = reinterpret_cast<CUgraph>(cap->graph);
+  }
+  cap->graph = nullptr;
+  return result;
+}
+
+CUresult capture_status(CUstream h, Stream** out, CUstreamCaptureStatus* status) {
+  if (CUresult r = resolve_stream(h, out)) return r;
+  if ((*out)->kind == Stream::kLegacy && legacy_conflict((*out)->ctx))
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  const Capture* c = (*out)->capture.get();
+  *status = !c                ? CU_STREAM_CAPTURE_STATUS_NONE
+            : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status) {
+  EMU_ENTER("cuStreamIsCapturing");
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Stream* st = nullptr;
+  return capture_status(h, &st, status);
+}
+
+CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Stream* st = nullptr;
+  if (CUresult r = capture_status(h, &st, status)) return r;
+  const Capture* c = st->capture.get();
+  const bool active = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id) *id = c ? c->id : 0;
+  if (graph) *graph = active ? reinterpret_cast<CUgraph>(c->graph) : nullptr;
+  if (deps) {
+    *deps = active && !st->frontier.empty()
+                ? reinterpret_cast<const CUgraphNode*>(st->frontier.data())
+                : nullptr;
+  }
+  if (edges) *edges = active && !st->frontier.empty() ? st->frontier_edges.data() : nullptr;
+  if (ndeps) *ndeps = active ? st->frontier.size() : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult get_capture_info_v1(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  EMU_ENTER("cuStreamGetCaptureInfo");
+  return capture_info(h, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+
+CUresult get_capture_info_v2(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                             CUgraph* graph, const CUgraphNode** deps, size_t* ndeps) {
+  EMU_ENTER("cuStreamGetCaptureInfo");
+  return capture_info(h, status, id, graph, deps, nullptr, ndeps);
+}
+
+CUresult get_capture_info_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                             CUgraph* graph, const CUgraphNode** deps,
+                             const CUgraphEdgeData** edges, size_t* ndeps) {
+  EMU_ENTER("cuStreamGetCaptureInfo");
+  return capture_info(h, status, id, graph, deps, edges, ndeps);
+}
+
+CUresult thread_exchange_capture_mode(CUstreamCaptureMode* mode) {
+  EMU_ENTER("cuThreadExchangeStreamCaptureMode");
+  if (!mode || !valid_mode(*mode)) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_mode);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+void invalidate(Capture* c) {
+  if (c) c->invalidated = true;
+}
+
+bool legacy_conflict(Context* ctx) {
+  bool conflict = false;
+  for (const auto& cap : state().captures) {
+    if (cap->ctx != ctx) continue;  // an invalidated capture still holds its streams
+    for (Stream* st : cap->streams) {
+      if (st->blocking()) {
+        // Using the legacy stream would create an implicit dependency on the capture: the
+        // call fails and the capture is invalidated.
+        invalidate(cap.get());
+        conflict = true;
+        break;
+      }
+    }
+  }
+  return conflict;
+}
+
+void end_capture_streams(const std::shared_ptr<Capture>& c) {
+  std::shared_ptr<Capture> keep = c;  // c may alias a stream's member reset below
+  for (Stream* st : keep->streams) {
+    st->capture.reset();
+    st->frontier.clear();
+    st->frontier_edges.clear();
+  }
+  keep->streams.clear();
+  state().captures.erase(keep);
+}
+
+void register_capture_entries(std::vector<Entry>& out) {
+  out.insert(out.end(), {
+                            EMU_ENTRY(cuStreamBeginCapture, 10000, stream_begin_capture_v1),
+                            EMU_ENTRY(cuStreamBeginCapture, 10010, stream_begin_capture),
+                            EMU_ENTRY(cuStreamEndCapture, 10000, stream_end_capture),
+                            EMU_ENTRY(cuStreamIsCapturing, 10000, stream_is_capturing),
+                            EMU_ENTRY(cuStreamGetCaptureInfo, 10010, get_capture_info_v1),
+                            EMU_ENTRY(cuStreamGetCaptureInfo, 11030, get_capture_info_v2),
+                            EMU_ENTRY(cuStreamGetCaptureInfo, 12030, get_capture_info_v3),
+                            EMU_ENTRY(cuThreadExchangeStreamCaptureMode, 10010,
+                                      thread_exchange_capture_mode),
+                        });
+}
+
+}  // namespace emu

@@ -1,0 +1,308 @@
+// Devices, primary contexts and the per-thread context stack.
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "emu.hpp"
+
+namespace emu {
+namespace {
+
+thread_local std::vector<Context*> t_stack;
+
+constexpr size_t kTotalMem = size_t{150} * 1024 * 1024 * 1024;  // ~H200 (141 GiB usable)
+
+bool valid_device(CUdevice d) { return d >= 0 && d < state().device_count; }
+
+CUresult device_get_count(int* count) {
+  EMU_ENTER("cuDeviceGetCount");
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = state().device_count;
+  return CUDA_SUCCESS;
+}
+
+CUresult device_get(CUdevice* dev, int ordinal) {
+  EMU_ENTER("cuDeviceGet");
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult device_get_name(char* name, int len, CUdevice dev) {
+  EMU_ENTER("cuDeviceGetName");
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "custream emulated device %d", dev);
+  return CUDA_SUCCESS;
+}
+
+bool attribute_value(CUdevice_attribute a, CUdevice dev, int* v) {
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = INT_MAX; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; return true;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 32; return true;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *v = 65536; return true;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; return true;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 6144; return true;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 62914560; return true;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 5; return true;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = CU_COMPUTEMODE_DEFAULT; return true;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + dev; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *v = 512; return true;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *v = 32; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *v = INT_MAX; return true;
+    default: return false;
+  }
+}
+
+CUresult device_get_attribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  EMU_ENTER("cuDeviceGetAttribute");
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  return attribute_value(attrib, dev, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult device_total_mem(size_t* bytes, CUdevice dev) {
+  EMU_ENTER("cuDeviceTotalMem");
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = kTotalMem;
+  return CUDA_SUCCESS;
+}
+
+CUresult device_total_mem_v1(unsigned int* bytes, CUdevice dev) {
+  EMU_ENTER("cuDeviceTotalMem");
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_ERROR_NOT_SUPPORTED;  // the 32-bit ABI cannot describe this device
+}
+
+CUresult primary_retain(CUcontext* pctx, CUdevice dev) {
+  EMU_ENTER("cuDevicePrimaryCtxRetain");
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Context* c = s.primary[static_cast<size_t>(dev)];
+  ++c->refcount;
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_release(CUdevice dev) {
+  EMU_ENTER("cuDevicePrimaryCtxRelease");
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Context* c = s.primary[static_cast<size_t>(dev)];
+  if (c->refcount == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --c->refcount;
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_get_state(CUdevice dev, unsigned int* flags, int* active) {
+  EMU_ENTER("cuDevicePrimaryCtxGetState");
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Context* c = s.primary[static_cast<size_t>(dev)];
+  *flags = c->flags;
+  *active = c->refcount > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_reset(CUdevice dev) {
+  EMU_ENTER("cuDevicePrimaryCtxReset");
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_get_current(CUcontext* pctx) {
+  EMU_ENTER("cuCtxGetCurrent");
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(current_context());
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_set_current(CUcontext ctx) {
+  EMU_ENTER("cuCtxSetCurrent");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (c && !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!c) {
+    if (!t_stack.empty()) t_stack.pop_back();
+  } else if (t_stack.empty()) {
+    t_stack.push_back(c);
+  } else {
+    t_stack.back() = c;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_push_current(CUcontext ctx) {
+  EMU_ENTER("cuCtxPushCurrent");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!c || !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_stack.push_back(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_pop_current(CUcontext* pctx) {
+  EMU_ENTER("cuCtxPopCurrent");
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(t_stack.back());
+  t_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_get_device(CUdevice* dev) {
+  EMU_ENTER("cuCtxGetDevice");
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = current_context();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  *dev = c->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_get_device_v2(CUdevice* dev, CUcontext ctx) {
+  EMU_ENTER("cuCtxGetDevice");
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  auto* c = ctx ? reinterpret_cast<Context*>(ctx) : current_context();
+  if (!c || !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  *dev = c->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_synchronize_impl(Context* c) {
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  State& s = state();
+  std::unique_lock<std::mutex> lk(s.mu);
+  // Synchronising the context while a capture that forbids it is under way is unsupported
+  // and invalidates that capture (SPEC §1: global mode; thread-local mode of this thread).
+  bool refused = false;
+  for (const auto& cap : s.captures) {
+    if (cap->ctx != c || cap->invalidated) continue;
+    if (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+        (cap->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+         cap->thread == std::this_thread::get_id())) {
+      invalidate(cap.get());
+      refused = true;
+    }
+  }
+  if (refused) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  std::vector<Stream*> all = c->streams;
+  all.push_back(c->legacy);
+  std::vector<SignalPtr> tails;
+  for (Stream* st : all)
+    if (st->tail) tails.push_back(st->tail);
+  s.cv.wait(lk, [&] {
+    for (const auto& t : tails)
+      if (!t->done) return false;
+    return true;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_synchronize() {
+  EMU_ENTER("cuCtxSynchronize");
+  return ctx_synchronize_impl(current_context());
+}
+
+CUresult ctx_synchronize_v2(CUcontext ctx) {
+  EMU_ENTER("cuCtxSynchronize");
+  auto* c = ctx ? reinterpret_cast<Context*>(ctx) : current_context();
+  if (c && !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  return ctx_synchronize_impl(c);
+}
+
+CUresult ctx_get_stream_priority_range(int* least, int* greatest) {
+  EMU_ENTER("cuCtxGetStreamPriorityRange");
+  if (least) *least = kLeastPriority;
+  if (greatest) *greatest = kGreatestPriority;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+Context* current_context() { return t_stack.empty() ? nullptr : t_stack.back(); }
+
+Context* context_of_device(int dev) {
+  State& s = state();
+  if (dev < 0 || dev >= s.device_count) return nullptr;
+  return s.primary[static_cast<size_t>(dev)];
+}
+
+bool valid_context(Context* ctx) {
+  for (Context* c : state().primary)  // immutable after state() construction
+    if (c == ctx) return true;
+  return false;
+}
+
+void register_context_entries(std::vector<Entry>& out) {
+  out.insert(out.end(), {
+                            EMU_ENTRY(cuDeviceGetCount, 2000, device_get_count),
+                            EMU_ENTRY(cuDeviceGet, 2000, device_get),
+                            EMU_ENTRY(cuDeviceGetName, 2000, device_get_name),
+                            EMU_ENTRY(cuDeviceGetAttribute, 2000, device_get_attribute),
+                            EMU_ENTRY(cuDeviceTotalMem, 2000, device_total_mem_v1),
+                            EMU_ENTRY(cuDeviceTotalMem, 3020, device_total_mem),
+                            EMU_ENTRY(cuDevicePrimaryCtxRetain, 7000, primary_retain),
+                            EMU_ENTRY(cuDevicePrimaryCtxRelease, 7000, primary_release),
+                            EMU_ENTRY(cuDevicePrimaryCtxRelease, 11000, primary_release),
+                            EMU_ENTRY(cuDevicePrimaryCtxGetState, 7000, primary_get_state),
+                            EMU_ENTRY(cuDevicePrimaryCtxReset, 7000, primary_reset),
+                            EMU_ENTRY(cuDevicePrimaryCtxReset, 11000, primary_reset),
+                            EMU_ENTRY(cuCtxGetCurrent, 4000, ctx_get_current),
+                            EMU_ENTRY(cuCtxSetCurrent, 4000, ctx_set_current),
+                            EMU_ENTRY(cuCtxPushCurrent, 2000, ctx_push_current),
+                            EMU_ENTRY(cuCtxPushCurrent, 4000, ctx_push_current),
+                            EMU_ENTRY(cuCtxPopCurrent, 2000, ctx_pop_current),
+                            EMU_ENTRY(cuCtxPopCurrent, 4000, ctx_pop_current),
+                            EMU_ENTRY(cuCtxGetDevice, 2000, ctx_get_device),
+                            EMU_ENTRY(cuCtxGetDevice, 13000, ctx_get_device_v2),
+                            EMU_ENTRY(cuCtxSynchronize, 2000, ctx_synchronize),
+                            EMU_ENTRY(cuCtxSynchronize, 13000, ctx_synchronize_v2),
+                            EMU_ENTRY(cuCtxGetStreamPriorityRange, 5050,
+                                      ctx_get_stream_priority_range),
+                        });
+}
+
+}  // namespace emu

@@ -1,0 +1,294 @@
+// Internal header of the CPU emulation of the CUDA driver (libcuda.so.1 stand-in).
+//
+// Design note — invariants (see README.md for the user-facing description):
+//  1. One process-wide mutex, State::mu, guards every emulator object. It is never held while
+//     user code runs (host functions, callbacks, user-object destructors) nor while a worker
+//     copies memory. User objects have their own lock (uo_mu); the order is mu -> uo_mu.
+//  2. Every handle handed out (stream, event, graph, node, exec, user object) is a pointer to
+//     an emulator object registered in a live set; a handle not in that set answers
+//     CUDA_ERROR_INVALID_HANDLE instead of being dereferenced.
+//  3. A stream is a FIFO of Ops executed by a detached worker thread that exists only while
+//     the FIFO is non-empty. Every Op completes a Signal; cross-stream ordering (events,
+//     legacy-stream implicit synchronisation) is expressed as Signals an Op waits for.
+//  4. Host functions and callbacks of every stream run on one shared, process-lifetime
+//     callback thread; the stream's worker waits for them, so they stay in stream order.
+//  5. The State singleton, primary contexts and the callback thread are leaked on purpose:
+//     nothing is torn down at process exit, so no static destructor can join a blocked thread.
+//  6. While a stream captures, work becomes graph Nodes appended after the stream's capture
+//     frontier instead of Ops; nothing is executed.
+//  7. An executable graph copies the graph's Works and holds its own user-object references
+//     (a RefSet); a launch holds shared ownership of both, so destroying the graph or the
+//     executable while a launch is in flight is safe and the last owner releases.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace emu {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDriverVersion = 13000;
+constexpr int kGreatestPriority = -5;
+constexpr int kLeastPriority = 0;
+
+struct Context;
+struct Stream;
+struct Graph;
+struct Node;
+struct Capture;
+struct UserObject;
+
+/// Completion of one Op (or one graph node of a launch).
+struct Signal {
+  bool done = false;
+  Clock::time_point when{};
+};
+using SignalPtr = std::shared_ptr<Signal>;
+
+/// Shared state of an event (shared by an event and its IPC-opened twins).
+struct EventState {
+  unsigned flags = 0;
+  bool recorded = false;
+  SignalPtr sig;  // completion of the latest record
+  // Set while the latest record happened in a capture.
+  std::weak_ptr<Capture> capture;
+  std::vector<Node*> capture_nodes;
+};
+
+struct Event {
+  std::shared_ptr<EventState> state;
+  Context* ctx = nullptr;
+};
+
+/// A unit of work: what an Op executes and what a graph Node holds.
+struct Work {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  // host
+  CUhostFn fn = nullptr;
+  void* arg = nullptr;
+  // callback (cuStreamAddCallback): type HOST with cb set
+  CUstreamCallback cb = nullptr;
+  CUstream cb_stream = nullptr;
+  // memset: element size 1/2/4, width elements per row, height rows, pitch bytes
+  CUdeviceptr dst = 0;
+  unsigned value = 0;
+  unsigned elem_size = 1;
+  size_t width = 0;
+  size_t height = 1;
+  size_t pitch = 0;
+  // memcpy (linear)
+  CUdeviceptr src = 0;
+  size_t bytes = 0;
+  // memory free (cuMemFreeAsync) as a non-graph op
+  bool free_memory = false;
+  // event record / wait
+  std::shared_ptr<EventState> event;
+};
+
+/// Executes the data part of a Work (memset, memcpy, free) on the calling thread.
+void execute_data_work(const Work& w);
+/// Runs a host Work on the shared callback thread and returns when it has run.
+/// Must be called without State::mu held.
+void run_host_work(const Work& w);
+
+struct Op {
+  std::vector<SignalPtr> deps;
+  std::function<void()> run;  // runs without mu held
+  SignalPtr done;
+};
+
+struct Stream {
+  enum Kind { kCreated, kLegacy, kPerThread };
+  Kind kind = kCreated;
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  int priority = 0;
+  unsigned long long id = 0;
+  std::deque<Op> queue;
+  bool worker_running = false;
+  bool destroyed = false;
+  SignalPtr tail;  // completion of the last enqueued op
+  // capture
+  std::shared_ptr<Capture> capture;
+  std::vector<Node*> frontier;
+  std::vector<CUgraphEdgeData> frontier_edges;
+
+  bool blocking() const { return kind != kLegacy && !(flags & CU_STREAM_NON_BLOCKING); }
+};
+
+struct Context {
+  int device = 0;
+  int refcount = 0;
+  unsigned flags = 0;
+  unsigned long long id = 0;
+  Stream* legacy = nullptr;
+  std::vector<Stream*> streams;  // created streams (not destroyed) + per-thread streams
+};
+
+struct Capture {
+  unsigned long long id = 0;
+  Graph* graph = nullptr;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool invalidated = false;
+  Stream* origin = nullptr;
+  std::set<Stream*> streams;
+  std::thread::id thread;
+  Context* ctx = nullptr;
+};
+
+struct Node {
+  Graph* graph = nullptr;
+  Work work;
+  std::vector<Node*> deps;
+  size_t index = 0;
+};
+
+/// User-object references owned by a graph or an executable.
+struct RefSet {
+  std::map<UserObject*, unsigned> refs;
+  RefSet() = default;
+  RefSet(const RefSet&) = delete;
+  RefSet& operator=(const RefSet&) = delete;
+  ~RefSet();  // releases every reference
+};
+
+struct Graph {
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::shared_ptr<RefSet> refs = std::make_shared<RefSet>();
+  bool owned_by_capture = false;  // not yet handed to the user
+};
+
+struct ExecCore {
+  std::vector<Work> works;
+  std::vector<std::vector<size_t>> deps;
+  std::shared_ptr<RefSet> refs;
+};
+
+struct GraphExec {
+  std::shared_ptr<ExecCore> core;
+  Context* ctx = nullptr;
+};
+
+struct UserObject {
+  void* ptr = nullptr;
+  CUhostFn destroy = nullptr;
+  unsigned refcount = 0;  // guarded by State::uo_mu
+};
+
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;  // any Signal completed, any queue changed
+  std::vector<Context*> primary;
+  int device_count = 2;
+  std::atomic<bool> initialized{false};
+  std::unordered_set<const void*> streams, events, graphs, nodes, execs, modules;
+  std::map<CUdeviceptr, size_t> allocations;
+  std::map<unsigned long long, std::weak_ptr<EventState>> ipc_events;
+  std::set<std::shared_ptr<Capture>> captures;  // active or invalidated, not yet ended
+  unsigned long long next_id = 1;
+  // user objects
+  std::mutex uo_mu;
+  std::unordered_set<const void*> user_objects;
+  // live handle count for leak tests
+  std::atomic<long> live{0};
+  // callback thread: jobs run in FIFO order; `done` is set under mu when a job has run
+  struct CallbackJob {
+    std::function<void()> fn;
+    bool* done = nullptr;
+  };
+  std::deque<CallbackJob> callbacks;
+  std::condition_variable callback_cv;
+  bool callback_thread_started = false;
+  bool callback_busy = false;
+  int workers_running = 0;
+};
+
+/// The process-lifetime, never-destroyed emulator state.
+State& state();
+
+// ---- helpers shared between files (all require State::mu held unless noted) ----
+/// The calling thread's current context or nullptr (no lock needed).
+Context* current_context();
+/// Context of a device ordinal or nullptr.
+Context* context_of_device(int dev);
+/// True when ctx is one of the emulator's contexts.
+bool valid_context(Context* ctx);
+/// Resolves a stream handle (0, 1, 2 or created) for the calling thread.
+CUresult resolve_stream(CUstream h, Stream** out);
+/// Appends work to a stream (as an Op, or as a graph node while capturing).
+CUresult enqueue(Stream* s, Work w, std::function<void()> run = {}, SignalPtr* done_out = nullptr);
+/// Pushes an Op onto a stream's queue with the implicit-synchronisation dependencies.
+void push_op(Stream* s, Op op);
+/// Signals an Op on a stream would wait for besides stream order (legacy semantics).
+std::vector<SignalPtr> implicit_deps(Stream* s);
+/// True when stream work up to now has completed (queue empty or tail done, plus legacy deps).
+bool stream_idle(Stream* s);
+/// Waits (releasing the lock) until stream work enqueued so far has completed.
+void stream_wait(std::unique_lock<std::mutex>& lk, Stream* s);
+/// True when a blocking stream of ctx captures and using the legacy stream is refused.
+bool legacy_conflict(Context* ctx);
+/// Marks a capture invalidated.
+void invalidate(Capture* c);
+/// Ends capture for every stream of c; c leaves State::captures.
+void end_capture_streams(const std::shared_ptr<Capture>& c);
+/// Adds a node to a graph; index assigned; registered as a live node handle.
+Node* add_node(Graph* g, Work w, const std::vector<Node*>& deps);
+/// Destroys a graph object (nodes unregistered, references released).
+void destroy_graph(Graph* g);
+/// Graph creation helper (registered, not counted as live until handed to the user).
+Graph* new_graph();
+/// Fault injection: CUDA_SUCCESS or the injected failure for this entry point.
+CUresult check_fault(const char* name) noexcept;
+/// Calls f on a new detached thread (user-object destructors).
+void run_detached(std::function<void()> f);
+/// Counts a user-object destructor that ran (for emu_control.h).
+void note_destructor_run();
+void stream_release_worker(Stream* s);
+bool valid(const std::unordered_set<const void*>& set, const void* p);
+/// Retains/releases user-object references (takes uo_mu).
+void user_object_add(UserObject* o, unsigned n);
+void user_object_sub(UserObject* o, unsigned n);
+
+/// One versioned driver entry point served by cuGetProcAddress.
+struct Entry {
+  const char* name;
+  int version;
+  void* fn;
+};
+// Per-family registration, called once by the proc-address table.
+void register_context_entries(std::vector<Entry>& out);
+void register_stream_entries(std::vector<Entry>& out);
+void register_event_entries(std::vector<Entry>& out);
+void register_memory_entries(std::vector<Entry>& out);
+void register_capture_entries(std::vector<Entry>& out);
+void register_graph_entries(std::vector<Entry>& out);
+void register_user_object_entries(std::vector<Entry>& out);
+
+}  // namespace emu
+
+/// An Entry for `fn`, which must have exactly the type PFN_<name>_v<version> (compile-checked).
+#define EMU_ENTRY(name, version, fn) \
+  ::emu::Entry { #name, version, reinterpret_cast<void*>(static_cast<PFN_##name##_v##version>(&fn)) }
+
+/// Entry-point prologue: fault injection, sticky errors and cuInit check.
+#define EMU_ENTER(name)                                                 \
+  do {                                                                  \
+    if (CUresult emu_fault_ = ::emu::check_fault(name)) return emu_fault_; \
+    if (!::emu::state().initialized.load(std::memory_order_acquire))    \
+      return CUDA_ERROR_NOT_INITIALIZED;                                \
+  } while (false)

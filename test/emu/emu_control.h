@@ -1,0 +1,43 @@
+/* Test-only controls of the CPU driver emulator (test/emu/libcuda.so.1).
+ *
+ * Tests look these up with dlsym() on the loaded driver; when dlsym(…,
+ * "custream_emu_reset") fails, the loaded library is a real driver and emulator-only tests
+ * skip. Only cuda.h types are used. */
+#ifndef CUSTREAM_EMU_CONTROL_H
+#define CUSTREAM_EMU_CONTROL_H
+
+#include <cuda.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The nth call from now (nth >= 1; 1 = the next call) of the driver entry point `name`
+ * (base name as passed to cuGetProcAddress, e.g. "cuStreamCreate"; every ABI version of it
+ * counts) fails with `result` and has no side effect. Several injections may be pending. */
+void custream_emu_fail_call(const char* name, int nth, CUresult result);
+
+/* From now on every driver call (except cuGetErrorName, cuGetErrorString,
+ * cuDriverGetVersion, cuGetProcAddress) fails with `result`, like a context after an
+ * illegal address. CUDA_SUCCESS clears it. */
+void custream_emu_set_sticky_error(CUresult result);
+
+/* Clears pending injections and the sticky error. */
+void custream_emu_reset(void);
+
+/* Number of live user-visible objects: streams, events, graphs (user-owned), executable
+ * graphs, user objects (not yet destroyed) and device allocations. */
+long custream_emu_live_objects(void);
+
+/* Number of user-object destructors that have run so far (process lifetime). */
+long custream_emu_user_object_destructors_run(void);
+
+/* Blocks until every stream has drained its queue and the callback thread is idle
+ * (at most `timeout_ms`); returns 1 when idle, 0 on timeout. */
+int custream_emu_wait_idle(int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUSTREAM_EMU_CONTROL_H */

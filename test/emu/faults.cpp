@@ -1,0 +1,121 @@
+// Emulator state singleton, fault injection and the test-control exports (emu_control.h).
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "emu.hpp"
+#include "emu_control.h"
+
+#define EMU_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace emu {
+namespace {
+
+struct Faults {
+  std::mutex mu;
+  std::atomic<bool> any{false};
+  CUresult sticky = CUDA_SUCCESS;
+  // name -> list of (calls left before failing, result)
+  std::map<std::string, std::vector<std::pair<int, CUresult>>> pending;
+};
+
+Faults& faults() {
+  static Faults* f = new Faults;  // leaked (invariant 5)
+  return *f;
+}
+
+std::atomic<long> g_destructors_run{0};
+
+}  // namespace
+
+State& state() {
+  static State* s = [] {
+    auto* st = new State;  // leaked (invariant 5)
+    if (const char* n = std::getenv("CUSTREAM_EMU_DEVICES")) {
+      int v = std::atoi(n);
+      if (v >= 0 && v <= 64) st->device_count = v;
+    }
+    for (int d = 0; d < st->device_count; ++d) {
+      auto* c = new Context;  // primary contexts live as long as the process (invariant 5)
+      c->device = d;
+      c->id = st->next_id++;
+      c->legacy = new Stream;
+      c->legacy->kind = Stream::kLegacy;
+      c->legacy->ctx = c;
+      c->legacy->id = st->next_id++;
+      st->primary.push_back(c);
+    }
+    return st;
+  }();
+  return *s;
+}
+
+bool valid(const std::unordered_set<const void*>& set, const void* p) {
+  return p && set.count(p) != 0;
+}
+
+CUresult check_fault(const char* name) noexcept {
+  Faults& f = faults();
+  if (!f.any.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lk(f.mu);
+  if (f.sticky != CUDA_SUCCESS) return f.sticky;
+  auto it = f.pending.find(name);
+  if (it == f.pending.end()) return CUDA_SUCCESS;
+  CUresult hit = CUDA_SUCCESS;
+  for (auto& p : it->second) {
+    if (--p.first == 0) hit = p.second;
+  }
+  auto& v = it->second;
+  for (size_t i = 0; i < v.size();) {
+    if (v[i].first <= 0) {
+      v.erase(v.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (v.empty()) f.pending.erase(it);
+  if (f.pending.empty() && f.sticky == CUDA_SUCCESS) f.any.store(false);
+  return hit;
+}
+
+void note_destructor_run() { g_destructors_run.fetch_add(1); }
+
+void run_detached(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+
+}  // namespace emu
+
+EMU_EXPORT void custream_emu_fail_call(const char* name, int nth, CUresult result) {
+  if (!name || nth < 1 || result == CUDA_SUCCESS) return;
+  emu::Faults& f = emu::faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  f.pending[name].emplace_back(nth, result);
+  f.any.store(true);
+}
+
+EMU_EXPORT void custream_emu_set_sticky_error(CUresult result) {
+  emu::Faults& f = emu::faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  f.sticky = result;
+  f.any.store(result != CUDA_SUCCESS || !f.pending.empty());
+}
+
+EMU_EXPORT void custream_emu_reset(void) {
+  emu::Faults& f = emu::faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  f.sticky = CUDA_SUCCESS;
+  f.pending.clear();
+  f.any.store(false);
+}
+
+EMU_EXPORT long custream_emu_live_objects(void) { return emu::state().live.load(); }
+
+EMU_EXPORT long custream_emu_user_object_destructors_run(void) {
+  return emu::g_destructors_run.load();
+}
+
+EMU_EXPORT int custream_emu_wait_idle(int timeout_ms) {
+  emu::State& s = emu::state();
+  std::unique_lock<std::mutex> lk(s.mu);
+  auto idle = [&] { return s.callbacks.empty() && !s.callback_busy && s.workers_running == 0; };
+  return s.cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), idle) ? 1 : 0;
+}
