@@ -1,0 +1,1470 @@
+// Driver conformance suite: the rules the CPU emulator (test/emu) implements, exercised
+// directly through the driver API — dlopen($CUSTREAM_LIBCUDA or "libcuda.so.1") and
+// cuGetProcAddress_v2, never through custream. The same binary runs on the emulator and, with
+// CUSTREAM_LIBCUDA unset, on a real GPU.
+//
+// [conformance]: must pass on both. A rule whose real-driver behaviour is not documented or
+//                measured (SPEC §1) sits in its own TEST_CASE tagged [unsure] so that a
+//                mismatch on the GPU is isolated.
+// [emu-only]:    fault injection and leak accounting; skip unless the emulator is loaded.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <algorithm>
+#include <unistd.h>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../lib/driver_table.hpp"
+#include "catch_compat.hpp"
+#include "emu/emu_control.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- loading ----
+
+// X(field, symbol, version)
+#define CONFORMANCE_ENTRIES(X)                                              \
+  X(cuInit, cuInit, 2000)                                                   \
+  X(cuDriverGetVersion, cuDriverGetVersion, 2020)                           \
+  X(cuGetErrorName, cuGetErrorName, 6000)                                   \
+  X(cuGetErrorString, cuGetErrorString, 6000)                               \
+  X(cuDeviceGetCount, cuDeviceGetCount, 2000)                               \
+  X(cuDeviceGet, cuDeviceGet, 2000)                                         \
+  X(cuDeviceGetName, cuDeviceGetName, 2000)                                 \
+  X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000)                       \
+  X(cuDeviceTotalMem, cuDeviceTotalMem, 3020)                               \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000)               \
+  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000)            \
+  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000)           \
+  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                                 \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000)                                 \
+  X(cuCtxPushCurrent, cuCtxPushCurrent, 4000)                               \
+  X(cuCtxPopCurrent, cuCtxPopCurrent, 4000)                                 \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000)                                   \
+  X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000)                               \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000)                               \
+  X(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050)         \
+  X(cuStreamCreate, cuStreamCreate, 2000)                                   \
+  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050)           \
+  X(cuStreamDestroy, cuStreamDestroy, 4000)                                 \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020)                                   \
+  X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050)                               \
+  X(cuStreamGetDevice, cuStreamGetDevice, 12080)                            \
+  X(cuStreamGetPriority, cuStreamGetPriority, 5050)                         \
+  X(cuStreamGetFlags, cuStreamGetFlags, 5050)                               \
+  X(cuStreamGetId, cuStreamGetId, 12000)                                    \
+  X(cuStreamQuery, cuStreamQuery, 2000)                                     \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000)                         \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020)                             \
+  X(cuStreamAddCallback, cuStreamAddCallback, 5000)                         \
+  X(cuLaunchHostFunc, cuLaunchHostFunc, 10000)                              \
+  X(cuStreamBeginCapture, cuStreamBeginCapture, 10010)                      \
+  X(cuStreamEndCapture, cuStreamEndCapture, 10000)                          \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000)                        \
+  X(cuStreamGetCaptureInfo_v1, cuStreamGetCaptureInfo, 10010)               \
+  X(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030)               \
+  X(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030)               \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010) \
+  X(cuEventCreate, cuEventCreate, 2000)                                     \
+  X(cuEventDestroy, cuEventDestroy, 4000)                                   \
+  X(cuEventRecord, cuEventRecord, 2000)                                     \
+  X(cuEventQuery, cuEventQuery, 2000)                                       \
+  X(cuEventSynchronize, cuEventSynchronize, 2000)                           \
+  X(cuEventElapsedTime, cuEventElapsedTime, 2000)                           \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010)                         \
+  X(cuMemAlloc, cuMemAlloc, 3020)                                           \
+  X(cuMemFree, cuMemFree, 3020)                                             \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020)                                \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020)                                  \
+  X(cuMemsetD8Async, cuMemsetD8Async, 3020)                                 \
+  X(cuMemsetD32Async, cuMemsetD32Async, 3020)                               \
+  X(cuMemcpyAsync, cuMemcpyAsync, 4000)                                     \
+  X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020)                             \
+  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020)                             \
+  X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020)                             \
+  X(cuGraphCreate, cuGraphCreate, 10000)                                    \
+  X(cuGraphDestroy, cuGraphDestroy, 10000)                                  \
+  X(cuGraphGetNodes, cuGraphGetNodes, 10000)                                \
+  X(cuGraphAddHostNode, cuGraphAddHostNode, 10000)                          \
+  X(cuGraphAddEmptyNode, cuGraphAddEmptyNode, 10000)                        \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000)                          \
+  X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030)                      \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040)        \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000)      \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000)                          \
+  X(cuGraphUpload, cuGraphUpload, 11010)                                    \
+  X(cuGraphLaunch, cuGraphLaunch, 10000)                                    \
+  X(cuGraphExecUpdate, cuGraphExecUpdate, 12000)                            \
+  X(cuUserObjectCreate, cuUserObjectCreate, 11030)                          \
+  X(cuUserObjectRelease, cuUserObjectRelease, 11030)                        \
+  X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030)                \
+  X(cuModuleLoadData, cuModuleLoadData, 2000)
+
+struct Api {
+#define CONFORMANCE_FIELD(field, symbol, version) PFN_##symbol##_v##version field = nullptr;
+  CONFORMANCE_ENTRIES(CONFORMANCE_FIELD)
+#undef CONFORMANCE_FIELD
+};
+
+struct Driver {
+  void* lib = nullptr;
+  std::string error;
+  PFN_cuGetProcAddress_v12000 get_proc = nullptr;
+  bool emulated = false;
+  Api api;
+  int device_count = 0;
+};
+
+const Driver& driver() {
+  static const Driver* d = [] {
+    auto* r = new Driver;  // process lifetime
+    const char* env = std::getenv("CUSTREAM_LIBCUDA");
+    const char* path = env && *env ? env : "libcuda.so.1";
+    r->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!r->lib) {
+      const char* e = dlerror();
+      r->error = std::string(path) + ": " + (e ? e : "dlopen failed");
+      return r;
+    }
+    r->get_proc =
+        reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(r->lib, "cuGetProcAddress_v2"));
+    if (!r->get_proc) {
+      r->error = std::string(path) + " has no cuGetProcAddress_v2";
+      return r;
+    }
+    r->emulated = dlsym(r->lib, "custream_emu_reset") != nullptr;
+#define CONFORMANCE_LOAD(field, symbol, version)                                          \
+  {                                                                                       \
+    void* fn = nullptr;                                                                   \
+    CUdriverProcAddressQueryResult st{};                                                  \
+    if (r->get_proc(#symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || \
+        !fn) {                                                                            \
+      r->error = "cuGetProcAddress(" #symbol ", " #version ") failed";                    \
+      return r;                                                                           \
+    }                                                                                     \
+    r->api.field = reinterpret_cast<PFN_##symbol##_v##version>(fn);                       \
+  }
+    CONFORMANCE_ENTRIES(CONFORMANCE_LOAD)
+#undef CONFORMANCE_LOAD
+    if (r->api.cuInit(0) != CUDA_SUCCESS) {
+      r->error = "cuInit failed";
+      return r;
+    }
+    r->api.cuDeviceGetCount(&r->device_count);
+    if (r->device_count == 0) r->error = "no device";
+    return r;
+  }();
+  return *d;
+}
+
+const Api& api() { return driver().api; }
+
+#define REQUIRE_DRIVER_LOADED()                                                        \
+  do {                                                                                 \
+    if (!driver().error.empty()) CUSTREAM_SKIP("no usable driver: " << driver().error); \
+  } while (false)
+
+#define REQUIRE_EMULATOR()                                                              \
+  do {                                                                                  \
+    REQUIRE_DRIVER_LOADED();                                                            \
+    if (!driver().emulated) CUSTREAM_SKIP("emulator-only test; a real driver is loaded"); \
+  } while (false)
+
+template <class F>
+F emu_control(const char* name) {
+  return reinterpret_cast<F>(dlsym(driver().lib, name));
+}
+
+std::string nm(CUresult r) {
+  const char* s = nullptr;
+  if (api().cuGetErrorName && api().cuGetErrorName(r, &s) == CUDA_SUCCESS && s) return s;
+  return "CUresult(" + std::to_string(static_cast<int>(r)) + ")";
+}
+
+#define CU_OK(expr) REQUIRE(nm(expr) == "CUDA_SUCCESS")
+#define CU_EQ(expr, code) REQUIRE(nm(expr) == nm(code))
+#define CU_CHECK_EQ(expr, code) CHECK(nm(expr) == nm(code))
+
+// Retains device `dev`'s primary context and makes it current; restores and releases on exit.
+class PrimaryScope {
+ public:
+  explicit PrimaryScope(int dev = 0) : dev_(dev) {
+    CU_OK(api().cuDevicePrimaryCtxRetain(&ctx_, dev));
+    CU_OK(api().cuCtxGetCurrent(&prev_));
+    CU_OK(api().cuCtxSetCurrent(ctx_));
+  }
+  ~PrimaryScope() {
+    api().cuCtxSetCurrent(prev_);
+    api().cuDevicePrimaryCtxRelease(dev_);
+  }
+  PrimaryScope(const PrimaryScope&) = delete;
+  PrimaryScope& operator=(const PrimaryScope&) = delete;
+  CUcontext ctx() const { return ctx_; }
+
+ private:
+  int dev_;
+  CUcontext ctx_ = nullptr;
+  CUcontext prev_ = nullptr;
+};
+
+struct StreamHandle {
+  CUstream s = nullptr;
+  explicit StreamHandle(unsigned flags = CU_STREAM_DEFAULT, int priority = 0) {
+    CU_OK(api().cuStreamCreateWithPriority(&s, flags, priority));
+  }
+  ~StreamHandle() {
+    if (s) api().cuStreamDestroy(s);
+  }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+};
+
+struct EventHandle {
+  CUevent e = nullptr;
+  explicit EventHandle(unsigned flags = CU_EVENT_DISABLE_TIMING) {
+    CU_OK(api().cuEventCreate(&e, flags));
+  }
+  ~EventHandle() {
+    if (e) api().cuEventDestroy(e);
+  }
+  EventHandle(const EventHandle&) = delete;
+  EventHandle& operator=(const EventHandle&) = delete;
+};
+
+struct DeviceBuffer {
+  CUdeviceptr p = 0;
+  size_t bytes;
+  explicit DeviceBuffer(size_t n) : bytes(n) { CU_OK(api().cuMemAlloc(&p, n)); }
+  ~DeviceBuffer() {
+    if (p) api().cuMemFree(p);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// A host function whose payload is a std::function owned by the test.
+void call_function(void* p) { (*static_cast<std::function<void()>*>(p))(); }
+
+CUresult launch(CUstream s, std::function<void()>* f) {
+  return api().cuLaunchHostFunc(s, call_function, f);
+}
+
+// Thread-safe log of host-function activity.
+struct Log {
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  void add(int v) {
+    std::lock_guard<std::mutex> lk(mu);
+    order.push_back(v);
+    threads.push_back(std::this_thread::get_id());
+  }
+  std::vector<int> get() {
+    std::lock_guard<std::mutex> lk(mu);
+    return order;
+  }
+};
+
+CUstreamCaptureStatus capture_status(CUstream s) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CU_OK(api().cuStreamIsCapturing(s, &st));
+  return st;
+}
+
+size_t node_count(CUgraph g) {
+  size_t n = 0;
+  CU_OK(api().cuGraphGetNodes(g, nullptr, &n));
+  return n;
+}
+
+CUgraphExec instantiate(CUgraph g) {
+  CUgraphExec e = nullptr;
+  CU_OK(api().cuGraphInstantiateWithFlags(&e, g, 0));
+  return e;
+}
+
+// Ends a capture whose outcome the test does not assert, freeing a graph if one came back.
+void end_capture_quietly(CUstream s) {
+  CUgraph g = nullptr;
+  api().cuStreamEndCapture(s, &g);
+  if (g) api().cuGraphDestroy(g);
+}
+
+template <class Pred>
+bool wait_until(Pred p, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!p()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+// ============================================================================================
+// Entry points and versions
+// ============================================================================================
+
+TEST_CASE("cuGetProcAddress answers by ABI version", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  auto gpa = driver().get_proc;
+  PrimaryScope scope;
+  StreamHandle s;
+
+  void* v9020 = nullptr;
+  void* v12050 = nullptr;
+  CUdriverProcAddressQueryResult st{};
+  CU_OK(gpa("cuStreamGetCtx", &v9020, 9020, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+  CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS);
+  CU_OK(gpa("cuStreamGetCtx", &v12050, 12050, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+  void* v13000 = nullptr;
+  CU_OK(gpa("cuStreamGetCtx", &v13000, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+  REQUIRE(v9020 != nullptr);
+  REQUIRE(v12050 != nullptr);
+  CHECK(v9020 != v12050);
+  CHECK(v13000 == v12050);
+
+  CUcontext c1 = nullptr;
+  CU_OK(reinterpret_cast<PFN_cuStreamGetCtx_v9020>(v9020)(s.s, &c1));
+  CHECK(c1 == scope.ctx());
+  CUcontext c2 = nullptr;
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(&c2);  // must be overwritten
+  CU_OK(reinterpret_cast<PFN_cuStreamGetCtx_v12050>(v12050)(s.s, &c2, &green));
+  CHECK(c2 == scope.ctx());
+  CHECK(green == nullptr);
+
+  void* d2000 = nullptr;
+  void* d13000 = nullptr;
+  CU_OK(gpa("cuCtxGetDevice", &d2000, 2000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+  CU_OK(gpa("cuCtxGetDevice", &d13000, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+  REQUIRE(d2000 != nullptr);
+  REQUIRE(d13000 != nullptr);
+  CHECK(d2000 != d13000);
+  CUdevice dev = -1;
+  CU_OK(reinterpret_cast<PFN_cuCtxGetDevice_v13000>(d13000)(&dev, scope.ctx()));
+  CHECK(dev == 0);
+
+  // The flags select the same entry points for these functions.
+  void* legacy = nullptr;
+  void* ptds = nullptr;
+  CU_OK(gpa("cuStreamGetCtx", &legacy, 9020, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st));
+  CU_OK(gpa("cuStreamGetCtx", &ptds, 9020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+  CHECK(legacy != nullptr);
+  CHECK(ptds != nullptr);
+}
+
+TEST_CASE("cuGetProcAddress: unknown names and too-low versions give NULL", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  auto gpa = driver().get_proc;
+  void* fn = reinterpret_cast<void*>(&nm);
+  CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+  gpa("cuNoSuchFunctionAnywhere", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+  CHECK(fn == nullptr);
+  CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+
+  fn = reinterpret_cast<void*>(&nm);
+  st = CU_GET_PROC_ADDRESS_SUCCESS;
+  gpa("cuStreamGetCtx", &fn, 9010, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+  CHECK(fn == nullptr);
+  CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+
+  fn = reinterpret_cast<void*>(&nm);
+  st = CU_GET_PROC_ADDRESS_SUCCESS;
+  gpa("cuStreamGetDevice", &fn, 12070, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+  CHECK(fn == nullptr);
+  CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+TEST_CASE("cuGetProcAddress: not found answers CUDA_ERROR_NOT_FOUND", "[conformance][unsure]") {
+  REQUIRE_DRIVER_LOADED();
+  auto gpa = driver().get_proc;
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult st{};
+  CU_CHECK_EQ(gpa("cuNoSuchFunctionAnywhere", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+  CU_CHECK_EQ(gpa("cuStreamGetCtx", &fn, 9010, 0, &st), CUDA_ERROR_NOT_FOUND);
+}
+
+TEST_CASE("every entry of custream's driver table is served at its version", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  auto gpa = driver().get_proc;
+#define CONFORMANCE_TABLE_ROW(field, symbol, version, ...)                                \
+  {                                                                                     \
+    INFO(#symbol " at " #version);                                                      \
+    void* fn = nullptr;                                                                 \
+    CUdriverProcAddressQueryResult st{};                                                \
+    CHECK(nm(gpa(#symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st)) == "CUDA_SUCCESS"); \
+    CHECK(fn != nullptr);                                                               \
+    CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS);                                           \
+  }
+  CUSTREAM_DRIVER_ENTRIES(CONFORMANCE_TABLE_ROW)
+#undef CONFORMANCE_TABLE_ROW
+}
+
+TEST_CASE("driver version and error strings", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  int v = 0;
+  CU_OK(api().cuDriverGetVersion(&v));
+  CHECK(v >= 13000);
+  const char* s = nullptr;
+  CU_OK(api().cuGetErrorName(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, &s));
+  CHECK(std::string(s) == "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT");
+  s = nullptr;
+  CU_OK(api().cuGetErrorString(CUDA_ERROR_INVALID_HANDLE, &s));
+  REQUIRE(s != nullptr);
+  CHECK(std::strlen(s) > 0);
+  CU_EQ(api().cuGetErrorName(static_cast<CUresult>(987654), &s), CUDA_ERROR_INVALID_VALUE);
+}
+
+// ============================================================================================
+// Devices and contexts
+// ============================================================================================
+
+TEST_CASE("devices: name, attributes, memory", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  int n = 0;
+  CU_OK(api().cuDeviceGetCount(&n));
+  REQUIRE(n >= 1);
+  CUdevice d = -1;
+  CU_OK(api().cuDeviceGet(&d, 0));
+  CHECK(d == 0);
+  CU_EQ(api().cuDeviceGet(&d, n), CUDA_ERROR_INVALID_DEVICE);
+  char name[256] = {};
+  CU_OK(api().cuDeviceGetName(name, sizeof name, 0));
+  CHECK(std::strlen(name) > 0);
+  int major = 0, minor = -1, sms = 0;
+  CU_OK(api().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+  CU_OK(api().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0));
+  CU_OK(api().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+  CHECK(major >= 7);
+  CHECK(minor >= 0);
+  CHECK(sms > 0);
+  int v = 0;
+  CU_EQ(api().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_EQ(api().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, n),
+        CUDA_ERROR_INVALID_DEVICE);
+  size_t bytes = 0;
+  CU_OK(api().cuDeviceTotalMem(&bytes, 0));
+  CHECK(bytes > (size_t{1} << 30));
+}
+
+TEST_CASE("primary contexts: stable handle, state, current-context stack", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  std::thread([] {  // a fresh thread: empty context stack
+    CUcontext cur = reinterpret_cast<CUcontext>(1);
+    CU_OK(api().cuCtxGetCurrent(&cur));
+    CHECK(cur == nullptr);
+    CUcontext popped = nullptr;
+    CU_EQ(api().cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
+    CUdevice dev = -1;
+    CU_EQ(api().cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
+
+    CUcontext a = nullptr, b = nullptr;
+    CU_OK(api().cuDevicePrimaryCtxRetain(&a, 0));
+    CU_OK(api().cuDevicePrimaryCtxRetain(&b, 0));
+    CHECK(a == b);
+    unsigned flags = 0;
+    int active = 0;
+    CU_OK(api().cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CHECK(active == 1);
+
+    CU_OK(api().cuCtxPushCurrent(a));
+    CU_OK(api().cuCtxGetCurrent(&cur));
+    CHECK(cur == a);
+    CU_OK(api().cuCtxGetDevice(&dev));
+    CHECK(dev == 0);
+    CU_OK(api().cuCtxGetDevice_v2(&dev, nullptr));
+    CHECK(dev == 0);
+    CU_OK(api().cuCtxPopCurrent(&popped));
+    CHECK(popped == a);
+    CU_OK(api().cuCtxGetCurrent(&cur));
+    CHECK(cur == nullptr);
+
+    CU_OK(api().cuCtxSetCurrent(a));
+    CU_OK(api().cuCtxGetCurrent(&cur));
+    CHECK(cur == a);
+    CU_OK(api().cuCtxSetCurrent(nullptr));
+    CU_OK(api().cuCtxGetCurrent(&cur));
+    CHECK(cur == nullptr);
+
+    CU_OK(api().cuDevicePrimaryCtxRelease(0));
+    CU_OK(api().cuDevicePrimaryCtxRelease(0));
+    if (driver().device_count > 1) {
+      CUcontext c1 = nullptr;
+      CU_OK(api().cuDevicePrimaryCtxRetain(&c1, 1));
+      CHECK(c1 != a);
+      CU_OK(api().cuCtxGetDevice_v2(&dev, c1));
+      CHECK(dev == 1);
+      CU_OK(api().cuDevicePrimaryCtxRelease(1));
+    }
+  }).join();
+}
+
+TEST_CASE("stream priority range", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  int least = 99, greatest = 99;
+  CU_OK(api().cuCtxGetStreamPriorityRange(&least, &greatest));
+  CHECK(least == 0);
+  CHECK(greatest == -5);
+}
+
+// ============================================================================================
+// Streams
+// ============================================================================================
+
+TEST_CASE("special stream handles resolve to the current context", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  std::thread([] {
+    for (CUstream h : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+      CUcontext c = nullptr;
+      CU_EQ(api().cuStreamGetCtx(h, &c), CUDA_ERROR_INVALID_CONTEXT);
+      CUdevice d = -1;
+      CU_EQ(api().cuStreamGetDevice(h, &d), CUDA_ERROR_INVALID_CONTEXT);
+    }
+    CUstream s = nullptr;
+    CU_EQ(api().cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
+    CUevent e = nullptr;
+    CU_EQ(api().cuEventCreate(&e, 0), CUDA_ERROR_INVALID_CONTEXT);
+    {
+      PrimaryScope scope;
+      for (CUstream h : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+        CUcontext c = nullptr;
+        CU_OK(api().cuStreamGetCtx(h, &c));
+        CHECK(c == scope.ctx());
+        CUdevice d = -1;
+        CU_OK(api().cuStreamGetDevice(h, &d));
+        CHECK(d == 0);
+        CU_OK(api().cuStreamSynchronize(h));
+        CU_OK(api().cuStreamQuery(h));
+      }
+    }
+  }).join();
+}
+
+TEST_CASE("created-stream queries work with no context current", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  std::thread([] {
+    CUcontext ctx = nullptr;
+    CU_OK(api().cuDevicePrimaryCtxRetain(&ctx, 0));
+    CU_OK(api().cuCtxSetCurrent(ctx));
+    CUstream s = nullptr;
+    CU_OK(api().cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -2));
+    CU_OK(api().cuCtxSetCurrent(nullptr));
+
+    CUcontext c = nullptr;
+    CU_OK(api().cuStreamGetCtx(s, &c));
+    CHECK(c == ctx);
+    CUgreenCtx g = nullptr;
+    CU_OK(api().cuStreamGetCtx_v2(s, &c, &g));
+    CHECK(c == ctx);
+    CUdevice d = -1;
+    CU_OK(api().cuStreamGetDevice(s, &d));
+    CHECK(d == 0);
+    CU_OK(api().cuStreamQuery(s));
+    CU_OK(api().cuStreamSynchronize(s));
+    int p = 99;
+    CU_OK(api().cuStreamGetPriority(s, &p));
+    CHECK(p == -2);
+    CU_OK(api().cuStreamDestroy(s));
+    CU_OK(api().cuDevicePrimaryCtxRelease(0));
+  }).join();
+}
+
+TEST_CASE("stream flags, priorities (clamped), ids", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle low(CU_STREAM_NON_BLOCKING, 100);
+  StreamHandle high(CU_STREAM_DEFAULT, -100);
+  int p = 99;
+  CU_OK(api().cuStreamGetPriority(low.s, &p));
+  CHECK(p == 0);
+  CU_OK(api().cuStreamGetPriority(high.s, &p));
+  CHECK(p == -5);
+  unsigned f = 99;
+  CU_OK(api().cuStreamGetFlags(low.s, &f));
+  CHECK(f == CU_STREAM_NON_BLOCKING);
+  CU_OK(api().cuStreamGetFlags(high.s, &f));
+  CHECK(f == CU_STREAM_DEFAULT);
+  unsigned long long a = 0, b = 0;
+  CU_OK(api().cuStreamGetId(low.s, &a));
+  CU_OK(api().cuStreamGetId(high.s, &b));
+  CHECK(a != b);
+  CUstream s = nullptr;
+  CU_EQ(api().cuStreamCreate(&s, 0x80), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_CASE("stream order is observable through memset and memcpy data", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  constexpr size_t kN = 1 << 16;
+  DeviceBuffer a(kN * 4), b(kN * 4);
+  StreamHandle s;
+  std::vector<uint32_t> h1(kN), h2(kN), src(kN, 0x01020304u);
+  for (int round = 0; round < 5; ++round) {
+    CU_OK(api().cuMemsetD32Async(a.p, 7, kN, s.s));
+    CU_OK(api().cuMemcpyDtoDAsync(b.p, a.p, kN * 4, s.s));
+    CU_OK(api().cuMemsetD32Async(a.p, 9, kN, s.s));
+    CU_OK(api().cuMemcpyDtoHAsync(h1.data(), b.p, kN * 4, s.s));
+    CU_OK(api().cuMemcpyDtoHAsync(h2.data(), a.p, kN * 4, s.s));
+    CU_OK(api().cuStreamSynchronize(s.s));
+    CHECK(h1 == std::vector<uint32_t>(kN, 7));
+    CHECK(h2 == std::vector<uint32_t>(kN, 9));
+  }
+  CU_OK(api().cuMemcpyHtoDAsync(a.p, src.data(), kN * 4, s.s));
+  CU_OK(api().cuMemsetD8Async(a.p, 0xff, 2, s.s));
+  CU_OK(api().cuMemcpyAsync(b.p, a.p, kN * 4, s.s));
+  CU_OK(api().cuMemcpyDtoHAsync(h1.data(), b.p, kN * 4, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(h1[0] == 0x0102ffffu);
+  CHECK(h1[kN - 1] == 0x01020304u);
+}
+
+TEST_CASE("events order work across streams", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  DeviceBuffer a(4096);
+  StreamHandle s1(CU_STREAM_NON_BLOCKING), s2(CU_STREAM_NON_BLOCKING);
+  EventHandle e;
+  std::vector<uint32_t> h(1024, 0);
+  std::function<void()> slow = [] { std::this_thread::sleep_for(50ms); };
+  CU_OK(api().cuMemsetD32Async(a.p, 1, 1024, s1.s));
+  CU_OK(launch(s1.s, &slow));
+  CU_OK(api().cuMemsetD32Async(a.p, 5, 1024, s1.s));
+  CU_OK(api().cuEventRecord(e.e, s1.s));
+  CU_OK(api().cuStreamWaitEvent(s2.s, e.e, 0));
+  CU_OK(api().cuMemcpyDtoHAsync(h.data(), a.p, 4096, s2.s));
+  CU_OK(api().cuStreamSynchronize(s2.s));
+  CHECK(h == std::vector<uint32_t>(1024, 5));
+  CU_OK(api().cuEventSynchronize(e.e));
+  CU_OK(api().cuEventQuery(e.e));
+}
+
+TEST_CASE("the legacy stream waits for blocking streams", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  DeviceBuffer a(4096);
+  StreamHandle blocking(CU_STREAM_DEFAULT);
+  std::vector<uint32_t> h(1024, 0);
+  std::function<void()> slow = [] { std::this_thread::sleep_for(50ms); };
+  CU_OK(api().cuMemsetD32Async(a.p, 1, 1024, blocking.s));
+  CU_OK(launch(blocking.s, &slow));
+  CU_OK(api().cuMemsetD32Async(a.p, 3, 1024, blocking.s));
+  CU_OK(api().cuMemcpyDtoHAsync(h.data(), a.p, 4096, CU_STREAM_LEGACY));
+  CU_OK(api().cuStreamSynchronize(CU_STREAM_LEGACY));
+  CHECK(h == std::vector<uint32_t>(1024, 3));
+  // And a blocking stream waits for earlier legacy-stream work.
+  CU_OK(launch(CU_STREAM_LEGACY, &slow));
+  CU_OK(api().cuMemsetD32Async(a.p, 4, 1024, CU_STREAM_LEGACY));
+  CU_OK(api().cuMemcpyDtoHAsync(h.data(), a.p, 4096, blocking.s));
+  CU_OK(api().cuStreamSynchronize(blocking.s));
+  CHECK(h == std::vector<uint32_t>(1024, 4));
+}
+
+TEST_CASE("stream query reports pending work", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s;
+  std::atomic<bool> release{false};
+  std::function<void()> gate = [&] {
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+  };
+  CU_OK(launch(s.s, &gate));
+  CU_EQ(api().cuStreamQuery(s.s), CUDA_ERROR_NOT_READY);
+  release = true;
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuStreamQuery(s.s));
+}
+
+// ============================================================================================
+// Host functions and callbacks
+// ============================================================================================
+
+namespace {
+struct CallbackRecord {
+  Log* log;
+  int value;
+  CUstream expected;
+  std::atomic<int>* wrong;
+};
+void CUDA_CB record_callback(CUstream s, CUresult status, void* p) {
+  auto* r = static_cast<CallbackRecord*>(p);
+  if (s != r->expected || status != CUDA_SUCCESS) r->wrong->fetch_add(1);
+  r->log->add(r->value);
+}
+void record_host(void* p) {
+  auto* r = static_cast<CallbackRecord*>(p);
+  r->log->add(r->value);
+}
+}  // namespace
+
+TEST_CASE("host functions and callbacks run in order on one non-caller thread",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s1, s2(CU_STREAM_NON_BLOCKING);
+  Log log1, log2;
+  std::atomic<int> wrong{0};
+  std::vector<CallbackRecord> r1, r2;
+  r1.reserve(200);
+  r2.reserve(200);
+  DeviceBuffer buf(1 << 16);
+  std::vector<unsigned char> host(1 << 16);
+  for (int i = 0; i < 100; ++i) {
+    r1.push_back({&log1, i, s1.s, &wrong});
+    r2.push_back({&log2, i, s2.s, &wrong});
+  }
+  for (int i = 0; i < 100; ++i) {
+    CU_OK(api().cuMemcpyHtoDAsync(buf.p, host.data(), host.size(), s1.s));
+    if (i % 2) {
+      CU_OK(api().cuStreamAddCallback(s1.s, record_callback, &r1[i], 0));
+    } else {
+      CU_OK(api().cuLaunchHostFunc(s1.s, record_host, &r1[i]));
+    }
+    CU_OK(api().cuStreamAddCallback(s2.s, record_callback, &r2[i], 0));
+  }
+  CU_OK(api().cuStreamSynchronize(s1.s));
+  CU_OK(api().cuStreamSynchronize(s2.s));
+  std::vector<int> expected(100);
+  for (int i = 0; i < 100; ++i) expected[i] = i;
+  CHECK(log1.get() == expected);
+  CHECK(log2.get() == expected);
+  CHECK(wrong.load() == 0);
+  const auto me = std::this_thread::get_id();
+  std::set<std::thread::id> threads(log1.threads.begin(), log1.threads.end());
+  threads.insert(log2.threads.begin(), log2.threads.end());
+  CHECK(threads.count(me) == 0);
+  // SPEC §1: host functions of different streams ran on one driver thread.
+  CHECK(threads.size() == 1);
+}
+
+// ============================================================================================
+// Events
+// ============================================================================================
+
+TEST_CASE("event elapsed time and its errors", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s;
+  EventHandle start(CU_EVENT_DEFAULT), end(CU_EVENT_DEFAULT), never(CU_EVENT_DEFAULT);
+  EventHandle untimed(CU_EVENT_DISABLE_TIMING);
+  float ms = -1;
+  // Never recorded: documented CUDA_ERROR_INVALID_HANDLE; query of such an event succeeds.
+  CU_EQ(api().cuEventElapsedTime(&ms, never.e, never.e), CUDA_ERROR_INVALID_HANDLE);
+  CU_OK(api().cuEventQuery(never.e));
+
+  std::function<void()> sleep20 = [] { std::this_thread::sleep_for(20ms); };
+  CU_OK(api().cuEventRecord(start.e, s.s));
+  CU_OK(launch(s.s, &sleep20));
+  CU_OK(api().cuEventRecord(end.e, s.s));
+  CU_OK(api().cuEventRecord(untimed.e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuEventElapsedTime(&ms, start.e, end.e));
+  CHECK(ms >= 15.0f);
+  CHECK(ms < 5000.0f);
+  // Timing disabled: documented CUDA_ERROR_INVALID_HANDLE.
+  CU_EQ(api().cuEventElapsedTime(&ms, start.e, untimed.e), CUDA_ERROR_INVALID_HANDLE);
+  CU_EQ(api().cuEventElapsedTime(&ms, start.e, never.e), CUDA_ERROR_INVALID_HANDLE);
+
+  // Recorded but not complete: documented CUDA_ERROR_NOT_READY.
+  std::atomic<bool> release{false};
+  std::function<void()> gate = [&] {
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+  };
+  CU_OK(api().cuEventRecord(start.e, s.s));
+  CU_OK(launch(s.s, &gate));
+  CU_OK(api().cuEventRecord(end.e, s.s));
+  CU_EQ(api().cuEventQuery(end.e), CUDA_ERROR_NOT_READY);
+  CU_EQ(api().cuEventElapsedTime(&ms, start.e, end.e), CUDA_ERROR_NOT_READY);
+  release = true;
+  CU_OK(api().cuEventSynchronize(end.e));
+  CU_OK(api().cuEventElapsedTime(&ms, start.e, end.e));
+  CHECK(ms >= 0.0f);
+}
+
+TEST_CASE("interprocess events need disabled timing", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  CUevent e = nullptr;
+  CU_EQ(api().cuEventCreate(&e, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(api().cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+  CUipcEventHandle h{};
+  CU_OK(api().cuIpcGetEventHandle(&h, e));
+  CU_OK(api().cuEventDestroy(e));
+}
+
+// ============================================================================================
+// Capture
+// ============================================================================================
+
+TEST_CASE("capture is refused on handles 0 and 1, allowed on 2", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  std::thread([] {
+    PrimaryScope scope;
+    CU_EQ(api().cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL),
+          CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CU_EQ(api().cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL),
+          CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CU_OK(api().cuStreamBeginCapture(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK(capture_status(CU_STREAM_PER_THREAD) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    std::atomic<int> runs{0};
+    std::function<void()> f = [&] { runs.fetch_add(1); };
+    CU_OK(launch(CU_STREAM_PER_THREAD, &f));
+    CUgraph g = nullptr;
+    CU_OK(api().cuStreamEndCapture(CU_STREAM_PER_THREAD, &g));
+    REQUIRE(g != nullptr);
+    CHECK(node_count(g) == 1);
+    CHECK(runs.load() == 0);
+    CHECK(capture_status(CU_STREAM_PER_THREAD) == CU_STREAM_CAPTURE_STATUS_NONE);
+    CU_OK(api().cuGraphDestroy(g));
+  }).join();
+}
+
+TEST_CASE("capture-unsafe stream queries fail and invalidate the capture", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  const std::vector<std::pair<const char*, std::function<CUresult(CUstream)>>> queries = {
+      {"cuStreamQuery", [](CUstream s) { return api().cuStreamQuery(s); }},
+      {"cuStreamSynchronize", [](CUstream s) { return api().cuStreamSynchronize(s); }},
+      {"cuStreamGetFlags",
+       [](CUstream s) {
+         unsigned f;
+         return api().cuStreamGetFlags(s, &f);
+       }},
+      {"cuStreamGetId",
+       [](CUstream s) {
+         unsigned long long id;
+         return api().cuStreamGetId(s, &id);
+       }},
+      {"cuStreamGetDevice",
+       [](CUstream s) {
+         CUdevice d;
+         return api().cuStreamGetDevice(s, &d);
+       }},
+  };
+  for (const auto& [name, query] : queries) {
+    INFO(name);
+    StreamHandle s(CU_STREAM_NON_BLOCKING);
+    CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_EQ(query(s.s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CUgraph g = reinterpret_cast<CUgraph>(&g);
+    CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(g == nullptr);
+    CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+    CU_OK(query(s.s));  // the stream works again
+  }
+}
+
+TEST_CASE("capture-safe queries keep the capture valid", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING, -3);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  std::function<void()> f = [] {};
+  CU_OK(launch(s.s, &f));
+  CUcontext c = nullptr;
+  CU_OK(api().cuStreamGetCtx(s.s, &c));
+  CHECK(c == scope.ctx());
+  CUgreenCtx green = nullptr;
+  CU_OK(api().cuStreamGetCtx_v2(s.s, &c, &green));
+  int p = 0;
+  CU_OK(api().cuStreamGetPriority(s.s, &p));
+  CHECK(p == -3);
+  CUstreamCaptureStatus st{};
+  cuuint64_t id1 = 0, id2 = 0, id3 = 0;
+  CU_OK(api().cuStreamGetCaptureInfo_v1(s.s, &st, &id1));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph g2 = nullptr, g3 = nullptr;
+  const CUgraphNode* deps = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  size_t nd = 0;
+  CU_OK(api().cuStreamGetCaptureInfo_v2(s.s, &st, &id2, &g2, &deps, &nd));
+  CHECK(nd == 1);
+  CU_OK(api().cuStreamGetCaptureInfo_v3(s.s, &st, &id3, &g3, &deps, &edges, &nd));
+  CHECK(nd == 1);
+  CHECK(id1 == id2);
+  CHECK(id2 == id3);
+  CHECK(g2 != nullptr);
+  CHECK(g2 == g3);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  REQUIRE(g != nullptr);
+  CHECK(g == g2);
+  CHECK(node_count(g) == 1);
+  CU_OK(api().cuGraphDestroy(g));
+  CU_OK(api().cuStreamGetCaptureInfo_v1(s.s, &st, &id1));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+TEST_CASE("cuStreamAddCallback during capture is unsupported and invalidates", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  Log log;
+  std::atomic<int> wrong{0};
+  CallbackRecord r{&log, 1, s.s, &wrong};
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_EQ(api().cuStreamAddCallback(s.s, record_callback, &r, 0),
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph g = nullptr;
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(g == nullptr);
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(log.get().empty());
+}
+
+TEST_CASE("the legacy stream during a blocking stream's capture: implicit error",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_DEFAULT);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus st{};
+  CU_EQ(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CU_EQ(api().cuStreamQuery(nullptr), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CU_EQ(api().cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  end_capture_quietly(s.s);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+  CU_OK(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+TEST_CASE("the implicit error invalidates the capture", "[conformance][unsure]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_DEFAULT);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_EQ(api().cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CUgraph g = nullptr;
+  CU_CHECK_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  if (g) api().cuGraphDestroy(g);
+}
+
+TEST_CASE("the implicit error also holds in relaxed mode", "[conformance][unsure]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_DEFAULT);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CUstreamCaptureStatus st{};
+  CU_CHECK_EQ(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st),
+              CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  end_capture_quietly(s.s);
+}
+
+TEST_CASE("a non-blocking stream's capture leaves the legacy stream usable", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK(capture_status(CU_STREAM_LEGACY) == CU_STREAM_CAPTURE_STATUS_NONE);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  REQUIRE(g != nullptr);
+  CU_OK(api().cuGraphDestroy(g));
+}
+
+TEST_CASE("end capture without begin is an illegal state", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CUgraph g = nullptr;
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_ILLEGAL_STATE);
+  CHECK(g == nullptr);
+}
+
+TEST_CASE("fork and join through events; end on a joined stream is unmatched",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s1(CU_STREAM_NON_BLOCKING), s2(CU_STREAM_NON_BLOCKING);
+  EventHandle fork, join;
+  Log log;
+  std::function<void()> a = [&] { log.add(1); }, b = [&] { log.add(2); }, c = [&] { log.add(3); };
+  CU_OK(api().cuStreamBeginCapture(s1.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s1.s, &a));
+  CU_OK(api().cuEventRecord(fork.e, s1.s));
+  CU_OK(api().cuStreamWaitEvent(s2.s, fork.e, 0));
+  CHECK(capture_status(s2.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  // SPEC §1: a joined stream reports the same capture id and graph.
+  CUstreamCaptureStatus st{};
+  cuuint64_t id1 = 0, id2 = 0;
+  CUgraph g1 = nullptr, g2 = nullptr;
+  CU_OK(api().cuStreamGetCaptureInfo_v2(s1.s, &st, &id1, &g1, nullptr, nullptr));
+  CU_OK(api().cuStreamGetCaptureInfo_v2(s2.s, &st, &id2, &g2, nullptr, nullptr));
+  CHECK(id1 == id2);
+  CHECK(g1 == g2);
+  CU_OK(launch(s2.s, &b));
+
+  SECTION("join, then end on the origin") {
+    CU_OK(api().cuEventRecord(join.e, s2.s));
+    CU_OK(api().cuStreamWaitEvent(s1.s, join.e, 0));
+    CU_OK(launch(s1.s, &c));
+    CUgraph g = nullptr;
+    CU_OK(api().cuStreamEndCapture(s1.s, &g));
+    REQUIRE(g != nullptr);
+    CHECK(node_count(g) == 3);
+    CHECK(capture_status(s2.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+    CUgraphExec e = instantiate(g);
+    CU_OK(api().cuGraphLaunch(e, s1.s));
+    CU_OK(api().cuGraphLaunch(e, s1.s));
+    CU_OK(api().cuStreamSynchronize(s1.s));
+    CHECK(log.get() == std::vector<int>{1, 2, 3, 1, 2, 3});
+    CU_OK(api().cuGraphExecDestroy(e));
+    CU_OK(api().cuGraphDestroy(g));
+  }
+  SECTION("end on the joined stream") {
+    CUgraph g = nullptr;
+    CU_EQ(api().cuStreamEndCapture(s2.s, &g), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    CHECK(g == nullptr);
+    // Whether the capture survives is not asserted (the emulator invalidates it).
+    api().cuEventRecord(join.e, s2.s);
+    api().cuStreamWaitEvent(s1.s, join.e, 0);
+    end_capture_quietly(s1.s);
+    CHECK(capture_status(s1.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+  }
+}
+
+TEST_CASE("ending with an unjoined fork is unjoined", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s1(CU_STREAM_NON_BLOCKING), s2(CU_STREAM_NON_BLOCKING);
+  EventHandle fork;
+  std::function<void()> f = [] {};
+  CU_OK(api().cuStreamBeginCapture(s1.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s1.s, &f));
+  CU_OK(api().cuEventRecord(fork.e, s1.s));
+  CU_OK(api().cuStreamWaitEvent(s2.s, fork.e, 0));
+  CU_OK(launch(s2.s, &f));
+  CUgraph g = nullptr;
+  CU_EQ(api().cuStreamEndCapture(s1.s, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  CHECK(g == nullptr);
+  CHECK(capture_status(s1.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+TEST_CASE("after an unjoined end the forked stream has left capture", "[conformance][unsure]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s1(CU_STREAM_NON_BLOCKING), s2(CU_STREAM_NON_BLOCKING);
+  EventHandle fork;
+  std::function<void()> f = [] {};
+  CU_OK(api().cuStreamBeginCapture(s1.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuEventRecord(fork.e, s1.s));
+  CU_OK(api().cuStreamWaitEvent(s2.s, fork.e, 0));
+  CU_OK(launch(s2.s, &f));
+  end_capture_quietly(s1.s);
+  CUstreamCaptureStatus st{};
+  CU_CHECK_EQ(api().cuStreamIsCapturing(s2.s, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+  end_capture_quietly(s2.s);
+}
+
+TEST_CASE("cuCtxSynchronize during a global capture is unsupported and invalidates",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_EQ(api().cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g = nullptr;
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(g == nullptr);
+  CU_OK(api().cuCtxSynchronize());
+}
+
+TEST_CASE("thread capture mode exchange", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  std::thread([] {
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CU_OK(api().cuThreadExchangeStreamCaptureMode(&m));
+    CHECK(m == CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CU_OK(api().cuThreadExchangeStreamCaptureMode(&m));
+    CHECK(m == CU_STREAM_CAPTURE_MODE_RELAXED);
+  }).join();
+}
+
+// ============================================================================================
+// Graphs
+// ============================================================================================
+
+TEST_CASE("graph replay of captured memset, memcpy and host nodes", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  constexpr size_t kN = 4096;
+  DeviceBuffer a(kN * 4), b(kN * 4);
+  StreamHandle cap(CU_STREAM_NON_BLOCKING), run(CU_STREAM_NON_BLOCKING);
+  std::vector<uint32_t> src(kN), out(kN);
+  for (size_t i = 0; i < kN; ++i) src[i] = static_cast<uint32_t>(i * 3);
+  std::atomic<int> calls{0};
+  std::function<void()> count = [&] { calls.fetch_add(1); };
+
+  CU_OK(api().cuStreamBeginCapture(cap.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuMemsetD32Async(a.p, 5, kN, cap.s));
+  CU_OK(api().cuMemcpyDtoDAsync(b.p, a.p, kN * 4, cap.s));
+  CU_OK(api().cuMemcpyHtoDAsync(a.p, src.data(), kN * 4, cap.s));
+  CU_OK(launch(cap.s, &count));
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(cap.s, &g));
+  REQUIRE(g != nullptr);
+  CHECK(node_count(g) == 4);
+  std::vector<CUgraphNode> nodes(4);
+  size_t n = nodes.size();
+  CU_OK(api().cuGraphGetNodes(g, nodes.data(), &n));
+  REQUIRE(n == 4);
+  std::vector<CUgraphNodeType> types;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType t{};
+    CU_OK(api().cuGraphNodeGetType(node, &t));
+    types.push_back(t);
+  }
+  std::sort(types.begin(), types.end());
+  std::vector<CUgraphNodeType> expected = {CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMCPY,
+                                           CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_HOST};
+  std::sort(expected.begin(), expected.end());
+  CHECK(types == expected);
+  CHECK(calls.load() == 0);  // nothing ran during capture
+
+  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+  params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  params.hUploadStream = run.s;
+  CUgraphExec e = nullptr;
+  CU_OK(api().cuGraphInstantiateWithParams(&e, g, &params));
+  CHECK(params.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  for (int i = 0; i < 3; ++i) {
+    CU_OK(api().cuMemsetD32Async(a.p, 0, kN, run.s));
+    CU_OK(api().cuMemsetD32Async(b.p, 0, kN, run.s));
+    CU_OK(api().cuGraphLaunch(e, run.s));
+    CU_OK(api().cuMemcpyDtoHAsync(out.data(), b.p, kN * 4, run.s));
+    CU_OK(api().cuStreamSynchronize(run.s));
+    CHECK(out == std::vector<uint32_t>(kN, 5));
+    CU_OK(api().cuMemcpyDtoHAsync(out.data(), a.p, kN * 4, run.s));
+    CU_OK(api().cuStreamSynchronize(run.s));
+    CHECK(out == src);
+  }
+  CHECK(calls.load() == 3);
+  CU_OK(api().cuGraphUpload(e, cap.s));
+  CU_OK(api().cuGraphLaunch(e, cap.s));  // also on the capturing stream, now idle
+  CU_OK(api().cuStreamSynchronize(cap.s));
+  CHECK(calls.load() == 4);
+  CU_OK(api().cuGraphExecDestroy(e));
+  CU_OK(api().cuGraphDestroy(g));
+}
+
+TEST_CASE("explicit graphs: host and empty nodes in dependency order", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CUgraph g = nullptr;
+  CU_OK(api().cuGraphCreate(&g, 0));
+  Log log;
+  std::function<void()> f1 = [&] { log.add(1); }, f2 = [&] { log.add(2); };
+  CUDA_HOST_NODE_PARAMS p1{call_function, &f1}, p2{call_function, &f2};
+  CUgraphNode n1 = nullptr, n2 = nullptr, empty = nullptr;
+  CU_OK(api().cuGraphAddHostNode(&n1, g, nullptr, 0, &p1));
+  CU_OK(api().cuGraphAddEmptyNode(&empty, g, &n1, 1));
+  CU_OK(api().cuGraphAddHostNode(&n2, g, &empty, 1, &p2));
+  CHECK(node_count(g) == 3);
+  CUgraphExec e = instantiate(g);
+  for (int i = 0; i < 3; ++i) CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(log.get() == std::vector<int>{1, 2, 1, 2, 1, 2});
+  CU_OK(api().cuGraphExecDestroy(e));
+  CU_OK(api().cuGraphDestroy(g));
+}
+
+TEST_CASE("executable update: same topology succeeds", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  Log log;
+  std::function<void()> f1 = [&] { log.add(1); }, f2 = [&] { log.add(2); };
+  auto capture_one = [&](std::function<void()>* f) {
+    CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_OK(launch(s.s, f));
+    CUgraph g = nullptr;
+    CU_OK(api().cuStreamEndCapture(s.s, &g));
+    return g;
+  };
+  CUgraph g1 = capture_one(&f1);
+  CUgraph g2 = capture_one(&f2);
+  CUgraphExec e = instantiate(g1);
+  CUgraphExecUpdateResultInfo info{};
+  CU_OK(api().cuGraphExecUpdate(e, g2, &info));
+  CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(log.get() == std::vector<int>{2});
+  CU_OK(api().cuGraphExecDestroy(e));
+  CU_OK(api().cuGraphDestroy(g1));
+  CU_OK(api().cuGraphDestroy(g2));
+}
+
+TEST_CASE("executable update: node type and topology changes are refused",
+          "[conformance][unsure]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer buf(4096);
+  std::function<void()> f = [] {};
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s.s, &f));
+  CUgraph host = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &host));
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuMemsetD32Async(buf.p, 1, 1024, s.s));
+  CUgraph memset = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &memset));
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s.s, &f));
+  CU_OK(launch(s.s, &f));
+  CUgraph two = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &two));
+
+  CUgraphExec e = instantiate(host);
+  CUgraphExecUpdateResultInfo info{};
+  CU_CHECK_EQ(api().cuGraphExecUpdate(e, memset, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  CHECK(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
+  CHECK(info.errorNode != nullptr);
+  info = {};
+  CU_CHECK_EQ(api().cuGraphExecUpdate(e, two, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  CHECK(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  CU_OK(api().cuGraphExecDestroy(e));
+  for (CUgraph g : {host, memset, two}) CU_OK(api().cuGraphDestroy(g));
+}
+
+TEST_CASE("graph DOT output", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer buf(4096);
+  std::function<void()> f = [] {};
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s.s, &f));
+  CU_OK(api().cuMemsetD32Async(buf.p, 1, 1024, s.s));
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  char tmpl[] = "/tmp/custream-dot-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  auto read = [&](unsigned flags) {
+    CU_OK(api().cuGraphDebugDotPrint(g, tmpl, flags));
+    std::ifstream in(tmpl);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string plain = read(0);
+  const std::string verbose = read(CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE);
+  std::remove(tmpl);
+  CHECK(plain.rfind("digraph", 0) == 0);
+  CHECK(verbose.rfind("digraph", 0) == 0);
+  CHECK(plain != verbose);
+  CHECK(plain.find("->") != std::string::npos);
+  CU_OK(api().cuGraphDestroy(g));
+}
+
+namespace {
+struct Payload {
+  std::atomic<int>* destroyed;
+  Log* log;
+};
+void destroy_payload(void* p) {
+  auto* payload = static_cast<Payload*>(p);
+  payload->log->add(-1);
+  payload->destroyed->fetch_add(1);
+  delete payload;
+}
+}  // namespace
+
+TEST_CASE("user object: destructor once, after graph and executable are gone",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  std::atomic<int> destroyed{0};
+  Log log;
+  const auto me = std::this_thread::get_id();
+  std::function<void()> f = [&] { log.add(1); };
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch(s.s, &f));
+  CUstreamCaptureStatus st{};
+  CUgraph capture_graph = nullptr;
+  CU_OK(api().cuStreamGetCaptureInfo_v2(s.s, &st, nullptr, &capture_graph, nullptr, nullptr));
+  CUuserObject obj = nullptr;
+  CU_OK(api().cuUserObjectCreate(&obj, new Payload{&destroyed, &log}, destroy_payload, 1,
+                                 CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CU_OK(api().cuGraphRetainUserObject(capture_graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  CUgraphExec e = instantiate(g);
+  CU_OK(api().cuGraphDestroy(g));
+  for (int i = 0; i < 4; ++i) CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  std::this_thread::sleep_for(50ms);
+  CHECK(destroyed.load() == 0);  // the executable holds its own reference
+  CU_OK(api().cuGraphExecDestroy(e));
+  CHECK(wait_until([&] { return destroyed.load() == 1; }));
+  std::this_thread::sleep_for(100ms);
+  CHECK(destroyed.load() == 1);
+  CHECK(log.get() == std::vector<int>{1, 1, 1, 1, -1});
+  CHECK(log.threads.back() != me);
+}
+
+TEST_CASE("destroying graph and executable while a launch is in flight", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  std::atomic<int> destroyed{0};
+  Log log;
+  std::function<void()> slow = [&] {
+    std::this_thread::sleep_for(200ms);
+    log.add(1);
+  };
+  CUgraph g = nullptr;
+  CU_OK(api().cuGraphCreate(&g, 0));
+  CUDA_HOST_NODE_PARAMS p{call_function, &slow};
+  CUgraphNode node = nullptr;
+  CU_OK(api().cuGraphAddHostNode(&node, g, nullptr, 0, &p));
+  CUuserObject obj = nullptr;
+  CU_OK(api().cuUserObjectCreate(&obj, new Payload{&destroyed, &log}, destroy_payload, 1,
+                                 CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CU_OK(api().cuGraphRetainUserObject(g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  CUgraphExec e = instantiate(g);
+  CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuGraphExecDestroy(e));
+  CU_OK(api().cuGraphDestroy(g));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(wait_until([&] { return destroyed.load() == 1; }));
+  CHECK(log.get() == std::vector<int>{1, -1});
+}
+
+// ============================================================================================
+// Kernels
+// ============================================================================================
+
+TEST_CASE("a garbage module image is refused", "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  const char junk[] = "this is not a cubin";
+  CUmodule m = nullptr;
+  CHECK(api().cuModuleLoadData(&m, junk) != CUDA_SUCCESS);
+}
+
+// ============================================================================================
+// Emulator-only: fault injection and leak accounting
+// ============================================================================================
+
+TEST_CASE("fault injection: the nth call fails without side effects", "[emu-only]") {
+  REQUIRE_EMULATOR();
+  auto fail = emu_control<void (*)(const char*, int, CUresult)>("custream_emu_fail_call");
+  auto reset = emu_control<void (*)()>("custream_emu_reset");
+  auto live = emu_control<long (*)()>("custream_emu_live_objects");
+  REQUIRE(fail);
+  REQUIRE(reset);
+  REQUIRE(live);
+  PrimaryScope scope;
+  const long before = live();
+  fail("cuStreamCreate", 2, CUDA_ERROR_OUT_OF_MEMORY);
+  CUstream a = nullptr, b = nullptr, c = nullptr;
+  CU_OK(api().cuStreamCreate(&a, 0));
+  CU_EQ(api().cuStreamCreate(&b, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK(b == nullptr);
+  CHECK(live() == before + 1);
+  CU_OK(api().cuStreamCreate(&c, 0));
+  CU_OK(api().cuStreamDestroy(a));
+  CU_OK(api().cuStreamDestroy(c));
+  CHECK(live() == before);
+  // Every ABI version of an entry point counts as the same entry point.
+  fail("cuStreamGetCtx", 1, CUDA_ERROR_INVALID_CONTEXT);
+  CUcontext ctx = nullptr;
+  CUgreenCtx green = nullptr;
+  CU_EQ(api().cuStreamGetCtx_v2(nullptr, &ctx, &green), CUDA_ERROR_INVALID_CONTEXT);
+  CU_OK(api().cuStreamGetCtx(nullptr, &ctx));
+  fail("cuEventRecord", 1, CUDA_ERROR_LAUNCH_FAILED);
+  reset();
+  EventHandle e;
+  CU_OK(api().cuEventRecord(e.e, nullptr));
+}
+
+TEST_CASE("fault injection: sticky error", "[emu-only]") {
+  REQUIRE_EMULATOR();
+  auto sticky = emu_control<void (*)(CUresult)>("custream_emu_set_sticky_error");
+  REQUIRE(sticky);
+  PrimaryScope scope;
+  StreamHandle s;
+  sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
+  CU_EQ(api().cuStreamQuery(s.s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CU_EQ(api().cuStreamSynchronize(s.s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUevent e = nullptr;
+  CU_EQ(api().cuEventCreate(&e, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+  const char* name = nullptr;
+  CU_OK(api().cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &name));
+  int v = 0;
+  CU_OK(api().cuDriverGetVersion(&v));
+  sticky(CUDA_SUCCESS);
+  CU_OK(api().cuStreamQuery(s.s));
+}
+
+TEST_CASE("live objects return to their baseline", "[emu-only]") {
+  REQUIRE_EMULATOR();
+  auto live = emu_control<long (*)()>("custream_emu_live_objects");
+  auto idle = emu_control<int (*)(int)>("custream_emu_wait_idle");
+  REQUIRE(live);
+  REQUIRE(idle);
+  PrimaryScope scope;
+  REQUIRE(idle(5000) == 1);
+  const long before = live();
+  {
+    StreamHandle s;
+    EventHandle e;
+    DeviceBuffer b(64);
+    CUdeviceptr p = 0;
+    CU_OK(api().cuMemAllocAsync(&p, 128, s.s));
+    CU_OK(api().cuMemsetD8Async(p, 1, 128, s.s));
+    CU_OK(api().cuMemFreeAsync(p, s.s));  // no longer counted
+    CUgraph g = nullptr;
+    CU_OK(api().cuGraphCreate(&g, 0));
+    CUgraphNode n = nullptr;
+    CU_OK(api().cuGraphAddEmptyNode(&n, g, nullptr, 0));
+    CUgraphExec x = instantiate(g);
+    CHECK(live() == before + 5);  // stream, event, buffer, graph, executable
+    CU_OK(api().cuGraphLaunch(x, s.s));
+    CU_OK(api().cuGraphExecDestroy(x));
+    CU_OK(api().cuGraphDestroy(g));
+  }
+  CHECK(idle(5000) == 1);
+  CHECK(live() == before);
+}
+
+TEST_CASE("emulator: capture refuses stream-ordered allocation; kernels cannot load",
+          "[emu-only]") {
+  REQUIRE_EMULATOR();
+  PrimaryScope scope;
+  CUmodule m = nullptr;
+  CU_EQ(api().cuModuleLoadData(&m, "x"), CUDA_ERROR_NOT_SUPPORTED);
+  int count = 0;
+  CU_OK(api().cuDeviceGetCount(&count));
+  CHECK(count == driver().device_count);
+  int major = 0;
+  CU_OK(api().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+  CHECK(major == 9);
+}
