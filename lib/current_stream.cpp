@@ -8,13 +8,12 @@
 
 #include "context.hpp"
 #include "custream/error.hpp"
-#include "custream/stream_scope.hpp"
 #include "stream.hpp"
 
 namespace custream {
 namespace detail {
 
-thread_local Stream* t_current_streams = nullptr;
+thread_local Stream* t_current_streams __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
 // Frees this thread's array when the thread ends (dropping its references).
@@ -42,26 +41,18 @@ Stream* init_current_streams() {
   return t_current_streams = t_owner.slots.get();
 }
 
-}  // namespace detail
-
-Stream current_stream(int device_id) {
-  const detail::Loaded& l = detail::loaded();
-  if (device_id == -1) {
-    device_id = detail::current_device_ordinal(l);
-  } else if (device_id < 0 || device_id >= l.device_count) {
-    (void)Device(device_id);  // throws the out-of-range error
-  }
-  return detail::current_slot(device_id);
+Stream current_stream_slow(int device_id) {
+  const Loaded& l = loaded();
+  if (device_id == -1) return current_slot(current_device_ordinal(l));
+  (void)Device(device_id);  // throws the out-of-range error
+  return current_slot(device_id);
 }
 
-int Stream::device_for_use(const char* call) const {
-  const detail::Loaded& l = detail::loaded();
-  CUcontext context = nullptr;
-  if (CUresult r = l.api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuCtxGetCurrent");
-  }
-  if (context != nullptr && context == context_) return device_;  // the common case
-  const int current = detail::device_of_current(l, context);
+}  // namespace detail
+
+int Stream::device_for_use_slow(CUresult r, CUcontext context, const char* call) const {
+  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
+  const int current = detail::device_of_current(detail::loaded(), context);
   if (is_special() || current == device_) return current;
   throw Error(CUDA_ERROR_INVALID_DEVICE, call, to_string(),
               "the stream belongs to device " + std::to_string(device_) + " but device " +
@@ -72,14 +63,5 @@ const Stream& Stream::use() const {
   detail::current_slot(device_for_use("custream::Stream::use")) = *this;
   return *this;
 }
-
-StreamScope::StreamScope(const Stream& stream)
-    : device_(stream.device_for_use("custream::StreamScope")) {
-  Stream& slot = detail::current_slot(device_);
-  previous_ = std::move(slot);
-  slot = stream;
-}
-
-StreamScope::~StreamScope() { detail::current_slot(device_) = std::move(previous_); }
 
 }  // namespace custream

@@ -6,26 +6,11 @@
 
 namespace custream {
 
-int Device::count() { return detail::loaded().device_count; }
-
-Device::Device(int ordinal) : ordinal_(ordinal), handle_(0) {
-  const detail::Loaded& l = detail::loaded();
-  if (ordinal < 0 || ordinal >= l.device_count) {
-    throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::Device", "device " + std::to_string(ordinal),
-                "the driver reports " + std::to_string(l.device_count) +
-                    " device(s), ordinals 0.." + std::to_string(l.device_count - 1));
-  }
-  handle_ = l.devices[ordinal].device;
-}
-
-Device Device::current() {
-  const detail::Loaded& l = detail::loaded();
-  if (l.device_count == 0) {
-    throw Error(CUDA_ERROR_NO_DEVICE, "custream::Device::current", {},
-                "the driver reports no device");
-  }
-  const int ordinal = detail::current_device_ordinal(l);
-  return Device(ordinal, l.devices[ordinal].device, Unchecked{});
+void detail::throw_bad_ordinal(int ordinal, int count) {
+  throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::Device", "device " + std::to_string(ordinal),
+              count == 0 ? std::string("the driver reports no device")
+                         : "the driver reports " + std::to_string(count) +
+                               " device(s), ordinals 0.." + std::to_string(count - 1));
 }
 
 std::string Device::name() const {
@@ -58,10 +43,6 @@ std::size_t Device::total_memory() const {
     detail::throw_device_error(r, "cuDeviceTotalMem", ordinal_);
   }
   return bytes;
-}
-
-CUcontext Device::primary_context() const {
-  return detail::primary_context(detail::loaded(), ordinal_);
 }
 
 bool Device::primary_context_active() const {

@@ -1,4 +1,5 @@
-// Internal access to the loaded driver and to custream's per-device state.
+// Internal access to the loaded driver (the part inline hot paths need is in
+// custream/detail/driver.hpp).
 //
 // Design note — invariants:
 //  1. The driver is loaded at most once per process, under one mutex; a failure is recorded
@@ -15,40 +16,9 @@
 #include <memory>
 #include <string>
 
-#include "driver_table.hpp"
+#include "custream/detail/driver.hpp"
 
 namespace custream::detail {
-
-/// One device as the loader found it.
-struct DeviceSlot {
-  CUdevice device = 0;
-  /// The retained primary context; null until first needed (invariant 2).
-  std::atomic<CUcontext> primary{nullptr};
-};
-
-/// Everything that exists once the driver is loaded.
-struct Loaded {
-  DriverApi api;
-  PFN_cuGetProcAddress_v12000 get_proc_address = nullptr;
-  std::string library;
-  int version = 0;
-  int device_count = 0;
-  std::unique_ptr<DeviceSlot[]> devices;
-};
-
-extern std::atomic<const Loaded*> g_loaded;
-
-/// Loads the driver (or re-throws the recorded failure). Slow path of loaded().
-[[gnu::cold]] const Loaded& load();
-
-/// The loaded driver; loads it on first use. @throws Error when there is none.
-inline const Loaded& loaded() {
-  const Loaded* l = g_loaded.load(std::memory_order_acquire);
-  return l ? *l : load();
-}
-
-/// The driver's entry points. @throws Error when there is no driver.
-inline const DriverApi& api() { return loaded().api; }
 
 /// The table of entries, in CUSTREAM_DRIVER_ENTRIES order.
 const DriverEntry* driver_entries(std::size_t* count) noexcept;
@@ -67,8 +37,6 @@ inline Fn require(Fn fn, const char* field) {
 /// "0x7f12…" for a handle or pointer ("0x0" for null).
 std::string pointer_text(const void* p);
 
-/// Throws Error for `call` failing with `result`, about nothing in particular.
-[[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call);
 /// Throws Error for `call` failing with `result` about a device.
 [[noreturn, gnu::cold]] void throw_device_error(CUresult result, const char* call, int device);
 /// Throws Error for `call` failing with `result` about a stream ("stream 0x… (device N)").

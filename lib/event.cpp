@@ -3,7 +3,7 @@
 // Design note — invariants:
 //  1. An Event is {handle, device, flags, owner}; copies share the owner, whose last release
 //     destroys the CUevent (cuEventDestroy needs no current context).
-//  2. The owner remembers whether any copy recorded the event, so elapsed-time errors can
+//  2. The owner (detail::EventOwner, event.hpp) remembers whether any copy recorded the event, so elapsed-time errors can
 //     say "never recorded" instead of the driver's bare CUDA_ERROR_INVALID_HANDLE.
 #include "custream/event.hpp"
 
@@ -17,12 +17,6 @@
 
 namespace custream {
 namespace detail {
-
-struct EventOwner {
-  std::atomic<long> refs{1};
-  std::atomic<bool> recorded{false};
-  CUevent event = nullptr;
-};
 
 void retain(EventOwner* owner) noexcept {
   if (owner != nullptr) owner->refs.fetch_add(1, std::memory_order_relaxed);
@@ -128,16 +122,6 @@ Event& Event::operator=(Event&& other) noexcept {
     other.handle_ = nullptr;
   }
   return *this;
-}
-
-void Event::mark_recorded() const noexcept {
-  if (owner_ != nullptr && !owner_->recorded.load(std::memory_order_relaxed)) {
-    owner_->recorded.store(true, std::memory_order_relaxed);
-  }
-}
-
-bool Event::was_recorded() const noexcept {
-  return owner_ != nullptr && owner_->recorded.load(std::memory_order_relaxed);
 }
 
 void Event::record() { record(current_stream(device_)); }

@@ -81,54 +81,6 @@ Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
   }
 }
 
-Stream::Stream(const Stream& other) noexcept
-    : handle_(other.handle_),
-      context_(other.context_),
-      device_(other.device_),
-      kind_(other.kind_),
-      non_blocking_(other.non_blocking_),
-      owner_(other.owner_) {
-  detail::retain(owner_);
-}
-
-Stream::Stream(Stream&& other) noexcept
-    : handle_(other.handle_),
-      context_(other.context_),
-      device_(other.device_),
-      kind_(other.kind_),
-      non_blocking_(other.non_blocking_),
-      owner_(other.owner_) {
-  other.owner_ = nullptr;
-}
-
-Stream& Stream::operator=(const Stream& other) noexcept {
-  if (this != &other) {
-    detail::retain(other.owner_);
-    detail::release(owner_);
-    handle_ = other.handle_;
-    context_ = other.context_;
-    device_ = other.device_;
-    kind_ = other.kind_;
-    non_blocking_ = other.non_blocking_;
-    owner_ = other.owner_;
-  }
-  return *this;
-}
-
-Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    detail::release(owner_);
-    handle_ = other.handle_;
-    context_ = other.context_;
-    device_ = other.device_;
-    kind_ = other.kind_;
-    non_blocking_ = other.non_blocking_;
-    owner_ = other.owner_;
-    other.owner_ = nullptr;
-  }
-  return *this;
-}
-
 template <typename Call>
 CUresult Stream::on_stream(Call call) const {
   CUresult r = call();
@@ -138,6 +90,34 @@ CUresult Stream::on_stream(Call call) const {
     r = call();
   }
   return r;
+}
+
+CUresult Stream::retry_or_fail(CUresult first, Op op, CUevent event) const {
+  const detail::DriverApi& api = detail::api();
+  CUstream h = handle_;
+  auto call = [&] {
+    switch (op) {
+      case Op::synchronize:
+        return api.cuStreamSynchronize(h);
+      case Op::query:
+        return api.cuStreamQuery(h);
+      case Op::record:
+        return api.cuEventRecord(event, h);
+      case Op::wait_event:
+        break;
+    }
+    return api.cuStreamWaitEvent(h, event, 0);
+  };
+  CUresult r = first;
+  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
+    const detail::Loaded& l = detail::loaded();
+    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
+    r = call();
+  }
+  if (r == CUDA_SUCCESS || (r == CUDA_ERROR_NOT_READY && op == Op::query)) return r;
+  constexpr const char* kNames[] = {"cuStreamSynchronize", "cuStreamQuery", "cuEventRecord",
+                                    "cuStreamWaitEvent"};
+  fail(r, kNames[static_cast<int>(op)]);
 }
 
 void Stream::fail(CUresult result, const char* call) const {
@@ -202,47 +182,10 @@ unsigned long long Stream::id() const {
   return value;
 }
 
-void Stream::synchronize() const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuStreamSynchronize(h); }); r != CUDA_SUCCESS) {
-    fail(r, "cuStreamSynchronize");
-  }
-}
-
-bool Stream::done() const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  CUresult r = on_stream([&] { return api.cuStreamQuery(h); });
-  if (r == CUDA_SUCCESS) return true;
-  if (r == CUDA_ERROR_NOT_READY) return false;
-  fail(r, "cuStreamQuery");
-}
-
 Event Stream::record() const {
   Event event(device_ >= 0 ? Device(device_) : Device::current());
   record(event);
   return event;
-}
-
-const Event& Stream::record(const Event& event) const {
-  CUstream h = handle_;
-  CUevent e = event.handle();
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuEventRecord(e, h); }); r != CUDA_SUCCESS) {
-    fail(r, "cuEventRecord");
-  }
-  event.mark_recorded();
-  return event;
-}
-
-void Stream::wait_event(const Event& event) const {
-  CUstream h = handle_;
-  CUevent e = event.handle();
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuStreamWaitEvent(h, e, 0); }); r != CUDA_SUCCESS) {
-    fail(r, "cuStreamWaitEvent");
-  }
 }
 
 void Stream::wait(const Stream& other) const { wait_event(other.record()); }

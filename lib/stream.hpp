@@ -10,12 +10,15 @@
 //  3. Device and context of a wrapped stream are inferred once, with cuStreamGetCtx only
 //     (capture-safe), never with cuStreamGetDevice / cuStreamQuery (they invalidate a capture).
 //  4. Each thread keeps one current Stream per device in a thread-local array, allocated on
-//     first use; its slots hold references, so a current stream stays alive.
+//     first use; its slots hold references, so a current stream stays alive. A StreamScope's
+//     entry is borrowed (not counted): the scope's stream outlives it (temporaries are
+//     refused), and copies taken from the slot count their own references.
 #pragma once
 
 #include <atomic>
 #include <memory>
 
+#include "custream/detail/current_streams.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
 
@@ -26,17 +29,5 @@ struct StreamOwner {
   CUstream destroy = nullptr;        // created streams: destroyed with the last reference
   std::shared_ptr<void> keep_alive;  // wrappers: the caller's owner
 };
-
-/// This thread's current streams, one per device (invariant 4); null until first use.
-extern thread_local Stream* t_current_streams;
-/// Allocates this thread's array (slow path of current_slot).
-[[gnu::cold]] Stream* init_current_streams();
-
-/// This thread's current-stream slot for device `ordinal` (must be valid).
-inline Stream& current_slot(int ordinal) {
-  Stream* slots = t_current_streams;
-  if (slots == nullptr) slots = init_current_streams();
-  return slots[ordinal];
-}
 
 }  // namespace custream::detail

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "../lib/driver_table.hpp"
+#include "custream/detail/driver_table.hpp"
 #include "catch_compat.hpp"
 #include "emu/emu_control.h"
 

@@ -247,6 +247,34 @@ TEST_CASE("a stream made current and dropped by the user stays valid while curre
   });
 }
 
+TEST_CASE("copies taken inside a scope keep the stream alive; use() inside a scope",
+          "[gpu][stream][current]") {
+  REQUIRE_DRIVER();
+  on_fresh_thread([] {
+    Stream kept;
+    CUstream raw = nullptr;
+    {
+      Stream s(true);
+      raw = s.handle();
+      StreamScope scope(s);
+      kept = current_stream();  // a counted reference, not the scope's borrowed one
+    }
+    CHECK(kept.handle() == raw);
+    CHECK(custream::detail::api().cuStreamQuery(raw) == CUDA_SUCCESS);
+    kept.synchronize();
+    Stream a(false), b(false);
+    a.use();
+    {
+      StreamScope scope(b);
+      Stream c(false);
+      c.use();  // replaces the borrowed entry with a counted one
+      CHECK(current_stream() == c);
+    }
+    CHECK(current_stream() == a);
+    Stream::null().use();
+  });
+}
+
 TEST_CASE("per-device current streams", "[gpu][stream][current][multi]") {
   REQUIRE_DRIVER();
   if (Device::count() < 2) CUSTREAM_SKIP("needs 2 devices (the emulator has 2 by default)");

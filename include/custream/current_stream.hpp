@@ -2,6 +2,7 @@
 /// The current stream of this thread, per device.
 #pragma once
 
+#include "custream/detail/current_streams.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
@@ -9,7 +10,14 @@ namespace custream {
 /// The current stream of this thread for `device_id` (default: the current device). Until
 /// changed with Stream::use() or a StreamScope it is the null stream, or the per-thread
 /// default stream when the environment has CUSTREAM_PER_THREAD_DEFAULT_STREAM=1.
+/// For an explicit device it is a thread-local array read, no driver call.
 /// @throws Error (CUDA_ERROR_INVALID_DEVICE) for an ordinal out of range.
-Stream current_stream(int device_id = -1);
+inline Stream current_stream(int device_id = -1) {
+  const detail::Loaded& l = detail::loaded();
+  if (static_cast<unsigned>(device_id) < static_cast<unsigned>(l.device_count)) {
+    return detail::current_slot(device_id);
+  }
+  return detail::current_stream_slow(device_id);
+}
 
 }  // namespace custream

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <string>
 
+#include "custream/detail/driver.hpp"
+
 namespace custream {
 
 /// Compute capability, e.g. {9, 0} for an H100 or H200.
@@ -20,16 +22,30 @@ struct ComputeCapability {
 class Device {
  public:
   /// The number of devices the driver reports. @throws Error when there is no driver.
-  static int count();
+  static int count() { return detail::loaded().device_count; }
 
   /// The device of the current context when one is current in this thread (so it agrees with
   /// code that called cudaSetDevice or cuCtxSetCurrent), otherwise device 0.
   /// @throws Error when there is no driver or the driver query fails.
-  static Device current();
+  static Device current() {
+    const detail::Loaded& l = detail::loaded();
+    CUcontext context = nullptr;
+    const CUresult r = l.api.cuCtxGetCurrent(&context);
+    if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
+    if (l.device_count == 0) detail::throw_bad_ordinal(0, 0);
+    const int ordinal = detail::device_of_current(l, context);
+    return Device(ordinal, l.devices[ordinal].device, Unchecked{});
+  }
 
   /// The device with this ordinal. @throws Error (CUDA_ERROR_INVALID_DEVICE) when `ordinal`
   /// is not in [0, count()), naming the ordinal and the count.
-  explicit Device(int ordinal);
+  explicit Device(int ordinal) : ordinal_(ordinal) {
+    const detail::Loaded& l = detail::loaded();
+    if (static_cast<unsigned>(ordinal) >= static_cast<unsigned>(l.device_count)) {
+      detail::throw_bad_ordinal(ordinal, l.device_count);
+    }
+    handle_ = l.devices[ordinal].device;
+  }
 
   /// The ordinal, 0-based.
   int ordinal() const noexcept { return ordinal_; }
@@ -47,7 +63,9 @@ class Device {
 
   /// The device's primary context, retained on first use (once per process, thread-safe).
   /// @throws Error when cuDevicePrimaryCtxRetain fails.
-  CUcontext primary_context() const;
+  CUcontext primary_context() const {
+    return detail::primary_context(detail::loaded(), ordinal_);
+  }
   /// True when the primary context is active (cuDevicePrimaryCtxGetState), retained by
   /// custream or by anybody else. @throws Error on a driver failure.
   bool primary_context_active() const;
@@ -66,7 +84,7 @@ class Device {
   Device(int ordinal, CUdevice handle, Unchecked) noexcept : ordinal_(ordinal), handle_(handle) {}
 
   int ordinal_;
-  CUdevice handle_;
+  CUdevice handle_ = 0;
 };
 
 }  // namespace custream

@@ -4,14 +4,14 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
 #include "custream/device.hpp"
+#include "custream/stream.hpp"
 
 namespace custream {
-
-class Stream;
 
 /// Event creation flags; combine with `|`.
 enum class EventFlags : unsigned {
@@ -30,8 +30,15 @@ constexpr EventFlags operator&(EventFlags a, EventFlags b) noexcept {
 }
 
 namespace detail {
-struct EventOwner;
+/// Shared ownership of a CUevent: the last Event referring to it destroys it.
+struct EventOwner {
+  std::atomic<long> refs{1};
+  std::atomic<bool> recorded{false};  ///< some copy recorded it (for elapsed-time errors)
+  CUevent event = nullptr;
+};
+/// Drops one reference; destroys the event with the last one.
 void release(EventOwner* owner) noexcept;
+/// Adds one reference.
 void retain(EventOwner* owner) noexcept;
 }  // namespace detail
 
@@ -98,13 +105,33 @@ class Event {
  private:
   friend class Stream;
   Event(CUevent handle, int device, EventFlags flags) noexcept;
-  void mark_recorded() const noexcept;
-  bool was_recorded() const noexcept;
+  void mark_recorded() const noexcept {
+    if (owner_ != nullptr && !owner_->recorded.load(std::memory_order_relaxed)) {
+      owner_->recorded.store(true, std::memory_order_relaxed);
+    }
+  }
+  bool was_recorded() const noexcept {
+    return owner_ != nullptr && owner_->recorded.load(std::memory_order_relaxed);
+  }
 
   CUevent handle_ = nullptr;
   int device_ = -1;
   EventFlags flags_ = EventFlags::none;
   detail::EventOwner* owner_ = nullptr;
 };
+
+// Stream's inline hot paths that need Event complete (declared in stream.hpp).
+
+inline const Event& Stream::record(const Event& event) const {
+  const CUresult r = detail::api().cuEventRecord(event.handle(), handle_);
+  if (r != CUDA_SUCCESS) retry_or_fail(r, Op::record, event.handle());
+  event.mark_recorded();
+  return event;
+}
+
+inline void Stream::wait_event(const Event& event) const {
+  const CUresult r = detail::api().cuStreamWaitEvent(handle_, event.handle(), 0);
+  if (r != CUDA_SUCCESS) retry_or_fail(r, Op::wait_event, event.handle());
+}
 
 }  // namespace custream

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "custream/detail/driver.hpp"
 #include "custream/device.hpp"
 
 namespace custream {
@@ -20,7 +21,9 @@ class Event;
 namespace detail {
 /// Shared ownership of a stream custream created (or of a wrapper's keep-alive owner).
 struct StreamOwner;
+/// Drops one reference (non-null owner); destroys the stream with the last one.
 void release(StreamOwner* owner) noexcept;
+/// Adds one reference (non-null owner).
 void retain(StreamOwner* owner) noexcept;
 }  // namespace detail
 
@@ -66,12 +69,48 @@ class Stream {
   /// CU_STREAM_PER_THREAD (2), the calling thread's per-thread default stream.
   static Stream per_thread() noexcept { return Stream(CU_STREAM_PER_THREAD); }
 
-  Stream(const Stream& other) noexcept;
-  Stream(Stream&& other) noexcept;
-  Stream& operator=(const Stream& other) noexcept;
-  Stream& operator=(Stream&& other) noexcept;
+  /// Another handle to the same stream (one atomic increment for an owned stream, nothing for
+  /// the others).
+  Stream(const Stream& other) noexcept
+      : handle_(other.handle_),
+        context_(other.context_),
+        device_(other.device_),
+        kind_(other.kind_),
+        non_blocking_(other.non_blocking_),
+        owner_(other.owner_) {
+    if (owner_ != nullptr) detail::retain(owner_);
+  }
+  /// Takes over `other`'s reference.
+  Stream(Stream&& other) noexcept
+      : handle_(other.handle_),
+        context_(other.context_),
+        device_(other.device_),
+        kind_(other.kind_),
+        non_blocking_(other.non_blocking_),
+        borrowed_(other.borrowed_),
+        owner_(other.owner_) {
+    other.owner_ = nullptr;
+  }
+  /// Refers to `other`'s stream instead.
+  Stream& operator=(const Stream& other) noexcept {
+    if (other.owner_ != nullptr) detail::retain(other.owner_);
+    drop();
+    assign(other);
+    borrowed_ = false;
+    return *this;
+  }
+  /// Takes over `other`'s reference.
+  Stream& operator=(Stream&& other) noexcept {
+    if (this != &other) {
+      drop();
+      assign(other);
+      borrowed_ = other.borrowed_;
+      other.owner_ = nullptr;
+    }
+    return *this;
+  }
   /// Drops this reference; destroys the CUstream when it was the last one to a created stream.
-  ~Stream() { detail::release(owner_); }
+  ~Stream() { drop(); }
 
   /// The CUstream (also usable as a cudaStream_t).
   CUstream handle() const noexcept { return handle_; }
@@ -102,20 +141,28 @@ class Stream {
 
   /// Waits until all work on the stream is done (cuStreamSynchronize).
   /// @throws Error naming the stream and device on failure.
-  void synchronize() const;
+  void synchronize() const {
+    const CUresult r = detail::api().cuStreamSynchronize(handle_);
+    if (r != CUDA_SUCCESS) retry_or_fail(r, Op::synchronize, nullptr);
+  }
   /// True when all work is done; false only on CUDA_ERROR_NOT_READY.
   /// @throws Error for any other error (a dead GPU does not look busy forever).
-  bool done() const;
+  bool done() const {
+    const CUresult r = detail::api().cuStreamQuery(handle_);
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return retry_or_fail(r, Op::query, nullptr) == CUDA_SUCCESS;
+  }
 
   /// Records a new event (timing disabled) on the stream and returns it.
   /// @throws Error on a driver failure.
   Event record() const;
   /// Records `event` on the stream and returns it.
   /// @throws Error on a driver failure.
-  const Event& record(const Event& event) const;
+  const Event& record(const Event& event) const;  // inline, in event.hpp
   /// Makes later work on this stream wait for `event` (cuStreamWaitEvent).
   /// @throws Error on a driver failure.
-  void wait_event(const Event& event) const;
+  void wait_event(const Event& event) const;  // inline, in event.hpp
   /// Makes later work on this stream wait for the work enqueued so far on `other`.
   /// @throws Error on a driver failure.
   void wait(const Stream& other) const;
@@ -173,18 +220,50 @@ class Stream {
   friend class StreamScope;
   /// The device whose current stream this becomes: its own, or the current device for a
   /// special handle. @throws Error when the stream's device is not current.
-  int device_for_use(const char* call) const;
+  int device_for_use(const char* call) const {
+    CUcontext current = nullptr;
+    const CUresult r = detail::api().cuCtxGetCurrent(&current);
+    if (r == CUDA_SUCCESS && current != nullptr && current == context_) return device_;
+    return device_for_use_slow(r, current, call);
+  }
+  [[gnu::cold]] int device_for_use_slow(CUresult r, CUcontext current, const char* call) const;
+  /// Refers to `other`'s stream without counting a reference (StreamScope's slot entry;
+  /// `other` outlives the scope).
+  void borrow(const Stream& other) noexcept {
+    drop();
+    assign(other);
+    borrowed_ = true;
+  }
   /// Runs `call` on the stream; for a special handle with no current context, once more
   /// with the current device's primary context (only on that failure: hot paths pay nothing).
   template <typename Call>
   CUresult on_stream(Call call) const;
   [[noreturn]] void fail(CUresult result, const char* call) const;
 
+  /// The hot-path calls whose failure retry_or_fail() handles.
+  enum class Op : std::uint8_t { synchronize, query, record, wait_event };
+  /// Slow path of the inline hot paths after `first` failed: for a special handle with no
+  /// current context, the call once more with the current device's primary context current;
+  /// returns CUDA_SUCCESS or CUDA_ERROR_NOT_READY (query only) and throws otherwise.
+  [[gnu::cold]] CUresult retry_or_fail(CUresult first, Op op, CUevent event) const;
+  void assign(const Stream& other) noexcept {
+    handle_ = other.handle_;
+    context_ = other.context_;
+    device_ = other.device_;
+    kind_ = other.kind_;
+    non_blocking_ = other.non_blocking_;
+    owner_ = other.owner_;
+  }
+  void drop() noexcept {
+    if (owner_ != nullptr && !borrowed_) detail::release(owner_);
+  }
+
   CUstream handle_ = nullptr;
   CUcontext context_ = nullptr;
   int device_ = -1;
   Kind kind_ = Kind::special;
   bool non_blocking_ = false;  // created streams only
+  bool borrowed_ = false;      // a StreamScope's slot entry: owner_ not counted
   detail::StreamOwner* owner_ = nullptr;
 };
 

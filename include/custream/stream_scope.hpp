@@ -2,19 +2,33 @@
 /// custream::StreamScope: `with stream:` for C++.
 #pragma once
 
+#include "custream/detail/current_streams.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
 
 /// Makes a stream the current stream of its device in this thread for the scope, and on exit
 /// restores whatever was current before, also a stream selected with Stream::use() (CuPy
-/// #8377 lost it). The scope holds a reference, so the stream lives at least as long.
+/// #8377 lost it).
+///
+/// The scope borrows the stream: it must outlive the scope, which is why a temporary is
+/// refused at compile time. Copies taken with current_stream() inside the scope are full
+/// references that keep the stream alive. Enter + exit cost one cuCtxGetCurrent and no
+/// atomic operation.
 class StreamScope {
  public:
-  /// Makes `stream` current. @throws Error when its device is not the current device.
-  explicit StreamScope(const Stream& stream);
+  /// Makes `stream` current. @throws Error when its device is not the current device
+  /// (naming both).
+  explicit StreamScope(const Stream& stream)
+      : device_(stream.device_for_use("custream::StreamScope")) {
+    Stream& slot = detail::current_slot(device_);
+    previous_ = std::move(slot);
+    slot.borrow(stream);
+  }
+  /// Refused: the scope would outlive a temporary stream.
+  explicit StreamScope(Stream&&) = delete;
   /// Restores the previous current stream. Never throws.
-  ~StreamScope();
+  ~StreamScope() { detail::current_slot(device_) = std::move(previous_); }
 
   StreamScope(const StreamScope&) = delete;
   StreamScope& operator=(const StreamScope&) = delete;

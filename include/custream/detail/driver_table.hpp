@@ -10,7 +10,8 @@
 //  3. Optional entries left null disable only their feature; the caller names the minimum
 //     driver (the ABI version) in its error (see detail::require()).
 //
-// This is the one place in custream that uses a macro: a template cannot paste a symbol
+// It lives with the public headers because the hot paths (Stream::record, done, …) are inline
+// calls through it. This is the one place in custream that uses a macro: a template cannot paste a symbol
 // name and a version into a type name, and the X-list keeps the table in one place.
 #pragma once
 
@@ -83,6 +84,7 @@
   X(cuGraphCreate, cuGraphCreate, 10000, true)                                         \
   X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                       \
   X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                     \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                              \
   X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030, false)                          \
   X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, true)           \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, true)                               \

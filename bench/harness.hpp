@@ -1,0 +1,142 @@
+// A small benchmark harness that follows SPEC §6: a raw-driver variant and a custream variant
+// of one operation, on the same handles, in one process, interleaved A B B A in batches; the
+// figure of each is the median of its batch means. The report gives raw, custream, the ratio
+// and whether the SPEC target holds.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace custream_bench {
+
+using Clock = std::chrono::steady_clock;
+
+/// Runs one variant `iterations` times; returns nothing (timing is outside).
+using Body = std::function<void(int iterations)>;
+
+/// How a case's result is judged.
+struct Target {
+  enum class Kind {
+    raw_plus,       ///< custream ≤ raw + max(abs_ns, rel × raw)
+    raw_plus_abs,   ///< custream ≤ raw + abs_ns
+    absolute,       ///< custream ≤ abs_ns (and below raw when raw is given)
+    ratio,          ///< custream ≤ rel × raw
+  } kind = Kind::raw_plus;
+  double abs_ns = 2;
+  double rel = 0.01;
+  std::string text() const;
+  bool holds(double raw_ns, double ours_ns) const;
+};
+
+/// One benchmark: an operation done raw and through custream.
+struct Case {
+  std::string name;
+  Body raw;
+  Body ours;
+  Target target;
+  int iterations = 256;      ///< per batch (≤ 256 for enqueueing operations)
+  int pairs = 25;            ///< A B B A pairs (≥ 21)
+  std::function<void()> between;  ///< untimed, after each batch (e.g. synchronize)
+  std::string raw_label;     ///< what the raw variant does
+};
+
+/// A finished measurement.
+struct Result {
+  std::string name, raw_label, target;
+  double raw_ns = 0, ours_ns = 0;
+  bool pass = false;
+};
+
+/// Times one batch of `body`: mean nanoseconds per iteration.
+inline double time_batch(const Body& body, int iterations, const std::function<void()>& between) {
+  const auto start = Clock::now();
+  body(iterations);
+  const auto end = Clock::now();
+  if (between) between();
+  return std::chrono::duration<double, std::nano>(end - start).count() / iterations;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// Warms up, then measures raw and custream interleaved A B B A.
+inline Result run(const Case& c) {
+  for (int i = 0; i < 3; ++i) {  // warm-up: caches, lazy loads, thread-locals
+    time_batch(c.raw, c.iterations, c.between);
+    time_batch(c.ours, c.iterations, c.between);
+  }
+  std::vector<double> raw, ours;
+  for (int p = 0; p < c.pairs; ++p) {
+    if (p % 2 == 0) {
+      raw.push_back(time_batch(c.raw, c.iterations, c.between));
+      ours.push_back(time_batch(c.ours, c.iterations, c.between));
+    } else {
+      ours.push_back(time_batch(c.ours, c.iterations, c.between));
+      raw.push_back(time_batch(c.raw, c.iterations, c.between));
+    }
+  }
+  Result r{c.name, c.raw_label, c.target.text(), median(raw), median(ours), false};
+  r.pass = c.target.holds(r.raw_ns, r.ours_ns);
+  return r;
+}
+
+inline std::string Target::text() const {
+  char buf[96];
+  switch (kind) {
+    case Kind::raw_plus:
+      std::snprintf(buf, sizeof buf, "<= raw + max(%.0f ns, %.0f%%)", abs_ns, rel * 100);
+      break;
+    case Kind::raw_plus_abs:
+      std::snprintf(buf, sizeof buf, "<= raw + %.0f ns", abs_ns);
+      break;
+    case Kind::absolute:
+      std::snprintf(buf, sizeof buf, "<= %.0f ns", abs_ns);
+      break;
+    case Kind::ratio:
+      std::snprintf(buf, sizeof buf, "<= %.2f x raw", rel);
+      break;
+  }
+  return buf;
+}
+
+inline bool Target::holds(double raw_ns, double ours_ns) const {
+  switch (kind) {
+    case Kind::raw_plus:
+      return ours_ns <= raw_ns + std::max(abs_ns, rel * raw_ns);
+    case Kind::raw_plus_abs:
+      return ours_ns <= raw_ns + abs_ns;
+    case Kind::absolute:
+      return ours_ns <= abs_ns;
+    case Kind::ratio:
+      return ours_ns <= rel * raw_ns;
+  }
+  return false;
+}
+
+/// Prints the table and, when `csv` is not null, writes the numbers there.
+inline bool report(const std::vector<Result>& results, std::FILE* csv) {
+  bool all = true;
+  std::printf("\n%-44s %-40s %12s %12s %8s  %-28s %s\n", "operation", "raw driver", "raw ns",
+              "custream ns", "ratio", "target", "result");
+  for (const Result& r : results) {
+    std::printf("%-44s %-40s %12.1f %12.1f %8.3f  %-28s %s\n", r.name.c_str(),
+                r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.raw_ns > 0 ? r.ours_ns / r.raw_ns : 0,
+                r.target.c_str(), r.pass ? "pass" : "FAIL");
+    all = all && r.pass;
+    if (csv) {
+      std::fprintf(csv, "\"%s\",\"%s\",%.2f,%.2f,\"%s\",%s\n", r.name.c_str(),
+                   r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.target.c_str(),
+                   r.pass ? "pass" : "fail");
+    }
+  }
+  return all;
+}
+
+}  // namespace custream_bench
