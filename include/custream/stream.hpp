@@ -11,12 +11,17 @@
 #include <memory>
 #include <string>
 
+#include "custream/capture_info.hpp"
+#include "custream/capture_mode.hpp"
 #include "custream/detail/driver.hpp"
+#include "custream/detail/host_task.hpp"
 #include "custream/device.hpp"
+#include "custream/instantiate_flags.hpp"
 
 namespace custream {
 
 class Event;
+class Graph;
 
 namespace detail {
 /// Shared ownership of a stream custream created (or of a wrapper's keep-alive owner).
@@ -189,6 +194,91 @@ class Stream {
 
   // --- Host functions, callbacks and capture (lib/host_function.cpp, lib/capture.cpp) ---
 
+  /// Enqueues `f()` to run on the host, in stream order, on the driver's host-function
+  /// thread (cuLaunchHostFunc). `f` is moved to the heap first (one allocation).
+  ///
+  /// Not capturing: `f` runs once and is destroyed right after it ran. Capturing (this
+  /// stream began the capture, or was joined into another stream's capture through an
+  /// event, or the capture was begun by code that is not custream): `f` becomes a host node
+  /// of the capture graph, runs on every replay, and is destroyed exactly once, when the
+  /// graph and every executable made from it are gone (it is owned by a CUDA user object
+  /// that the capture graph holds).
+  ///
+  /// `f` must not call the driver and must not own the last reference to a custream
+  /// Stream, Event or Graph (its destructor runs on a driver thread, where destroying them
+  /// would call the driver). An exception escaping `f` is caught on the driver thread and
+  /// handed to the host-function error handler (host_function_error_handler.hpp).
+  ///
+  /// Costs one capture check (cuStreamGetCaptureInfo) and one cuLaunchHostFunc.
+  /// @throws Error when a driver call fails (naming it and this stream; on an invalidated
+  /// capture CUDA_ERROR_STREAM_CAPTURE_INVALIDATED without calling cuLaunchHostFunc). `f`
+  /// is destroyed then, and nothing stays enqueued.
+  template <typename F, typename = detail::enable_if_host_function<F>>
+  void launch_host_func(F&& f) const {
+    launch_host_task(new detail::HostFunctionTask<std::decay_t<F>>(std::forward<F>(f)));
+  }
+  /// Enqueues `fn(arg)` (cuLaunchHostFunc, one driver call and nothing else). While
+  /// capturing it becomes a host node that runs on every replay: `arg` must then stay
+  /// valid as long as the graph and its executables (the caller owns it).
+  /// @throws Error on a driver failure.
+  void launch_host_func(CUhostFn fn, void* arg) const;
+
+  /// Enqueues `f(stream, status)` in stream order (cuStreamAddCallback); `stream` is a
+  /// non-owning view of this stream (copying it does not keep the stream alive) and
+  /// `status` the driver's status. Lifetime, threading and exceptions as for
+  /// launch_host_func(F&&).
+  ///
+  /// While this stream captures (the driver would refuse cuStreamAddCallback and invalidate
+  /// the capture) the callback is captured as a host node instead, like
+  /// launch_host_func(F&&): it runs on every replay with status CUDA_SUCCESS, and the capture
+  /// stays valid.
+  /// @throws Error on a driver failure (`f` is destroyed then).
+  template <typename F, typename = detail::enable_if_stream_callback<F, Stream>>
+  void add_callback(F&& f) const {
+    add_callback_task(new detail::StreamCallbackTask<std::decay_t<F>>(std::forward<F>(f)));
+  }
+  /// Enqueues `fn(handle(), status, arg)` in stream order (cuStreamAddCallback). While this
+  /// stream captures it is captured as a host node (status CUDA_SUCCESS, `arg` owned by the
+  /// caller and needed as long as the graph and its executables), never passed to the
+  /// driver's cuStreamAddCallback, which would invalidate the capture.
+  /// @throws Error on a driver failure.
+  void add_callback(CUstreamCallback fn, void* arg) const;
+
+  /// Begins capturing this stream's work into a graph (cuStreamBeginCapture). The null and
+  /// legacy streams (handles 0 and 1) cannot capture: they are refused before the driver is
+  /// called. CU_STREAM_PER_THREAD (2) can.
+  /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) for handle 0 or 1; Error on a
+  /// driver failure (e.g. CUDA_ERROR_ILLEGAL_STATE when already capturing).
+  void begin_capture(CaptureMode mode = CaptureMode::relaxed) const;
+  /// Ends the capture this stream began (cuStreamEndCapture) and instantiates the graph
+  /// with `flags` (by default uploaded on this stream, so the first launch costs what a
+  /// repeat launch costs). Afterwards the stream has left capture mode, also on failure.
+  /// @throws Error naming the driver's error: CUDA_ERROR_ILLEGAL_STATE (not capturing),
+  /// CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (a joined stream, not the origin),
+  /// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_UNJOINED; an
+  /// instantiation failure (GraphInstantiateError). Nothing leaks on failure.
+  Graph end_capture(InstantiateFlags flags = InstantiateFlags::upload) const;
+  /// True while capturing (also as a stream joined into another stream's capture).
+  /// Capture-safe (cuStreamGetCaptureInfo).
+  /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) when the capture was
+  /// invalidated; Error on a driver failure.
+  bool is_capturing() const;
+  /// The capture status and id, never throwing: a failed query reports its result.
+  CaptureInfo capture_info() const noexcept;
+  /// The id of the active or invalidated capture, 0 when not capturing.
+  /// @throws Error on a driver failure.
+  unsigned long long capture_id() const;
+
+ private:
+  friend Stream detail::stream_view(const detail::HostTask& task) noexcept;
+  /// Enqueues `task` as a host function; owns it from the call on (destroys it on failure).
+  void launch_host_task(detail::HostTask* task) const;
+  /// Enqueues `task` as a callback (or a host node while capturing); owns it likewise.
+  void add_callback_task(detail::HostTask* task) const;
+  /// Fills `task`'s non-owning view of this stream.
+  void describe(detail::HostTask& task) const noexcept;
+
+ public:
   /// "<Stream 0x7f… (device 0)>" (created, or null/legacy/per_thread()) or
   /// "<ExternalStream 0x1 (device -1)>" (wrapped).
   std::string to_string() const;

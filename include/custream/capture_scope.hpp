@@ -1,0 +1,49 @@
+/// @file
+/// custream::CaptureScope: a stream capture that always ends.
+#pragma once
+
+#include "custream/capture_mode.hpp"
+#include "custream/graph.hpp"
+#include "custream/instantiate_flags.hpp"
+#include "custream/stream.hpp"
+
+namespace custream {
+
+/// Begins a capture on a stream and guarantees that it ends: end() ends it and returns the
+/// instantiated Graph; if end() was not called (an exception unwinds, an early return), the
+/// destructor ends the capture and discards the graph, freeing every captured host-function
+/// payload. The stream has left capture mode either way.
+///
+/// @code
+/// custream::CaptureScope capture(stream);
+/// enqueue_work(stream);              // may throw: the capture still ends
+/// custream::Graph graph = capture.end();
+/// @endcode
+class CaptureScope {
+ public:
+  /// Begins capturing `stream` (Stream::begin_capture). The scope holds a reference, so
+  /// the stream lives at least as long.
+  /// @throws as Stream::begin_capture (nothing to end then).
+  explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed);
+  /// Ends the capture unless end() did, discarding the graph. Never throws.
+  ~CaptureScope();
+
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+  /// Ends the capture and instantiates the graph (Stream::end_capture). The scope is done
+  /// afterwards, also when this throws (the stream has left capture mode then too).
+  /// @throws Error (CUDA_ERROR_ILLEGAL_STATE) when already ended; as Stream::end_capture.
+  Graph end(InstantiateFlags flags = InstantiateFlags::upload);
+
+  /// The stream being captured.
+  const Stream& stream() const noexcept { return stream_; }
+  /// True until end() is called.
+  bool active() const noexcept { return active_; }
+
+ private:
+  Stream stream_;
+  bool active_ = false;
+};
+
+}  // namespace custream

@@ -1,0 +1,87 @@
+/// @file
+/// Internal: the heap payload of a host function or callback (SPEC §5). Used by the
+/// templates of custream::Stream; not part of the public API.
+#pragma once
+
+#include <cuda.h>
+
+#include <type_traits>
+#include <utility>
+
+namespace custream {
+
+class Stream;
+
+namespace detail {
+
+/// A host function or callback moved to the heap before the committing driver call.
+/// Type-erased with two function pointers: one allocation, no virtual table, no driver call
+/// on destruction (custream's part; the callable's own destructor is the caller's business).
+struct HostTask {
+  /// Runs the callable; `stream` is a non-owning view of the stream it was enqueued on.
+  using Invoke = void (*)(HostTask& self, const Stream& stream, CUresult status);
+  /// Destroys the callable and frees the task.
+  using Destroy = void (*)(HostTask* self) noexcept;
+
+  HostTask(Invoke invoke_fn, Destroy destroy_fn) noexcept
+      : invoke(invoke_fn), destroy(destroy_fn) {}
+  HostTask(const HostTask&) = delete;
+  HostTask& operator=(const HostTask&) = delete;
+
+  Invoke invoke;
+  Destroy destroy;
+  /// The stream it was enqueued on (filled by the enqueueing call; owns nothing).
+  CUstream stream = nullptr;
+  CUcontext context = nullptr;
+  int device = -1;
+  unsigned char kind = 0;
+  bool non_blocking = false;
+  /// True when it became a node of a capture graph (runs on every replay).
+  bool captured = false;
+
+ protected:
+  ~HostTask() = default;
+};
+
+/// A `void()` callable.
+template <typename F>
+struct HostFunctionTask final : HostTask {
+  template <typename G>
+  explicit HostFunctionTask(G&& g) : HostTask(&call, &free), f(std::forward<G>(g)) {}
+  static void call(HostTask& self, const Stream&, CUresult) {
+    static_cast<HostFunctionTask&>(self).f();
+  }
+  static void free(HostTask* self) noexcept { delete static_cast<HostFunctionTask*>(self); }
+  F f;
+};
+
+/// A `void(Stream, CUresult)` callable.
+template <typename F>
+struct StreamCallbackTask final : HostTask {
+  template <typename G>
+  explicit StreamCallbackTask(G&& g) : HostTask(&call, &free), f(std::forward<G>(g)) {}
+  static void call(HostTask& self, const Stream& stream, CUresult status) {
+    static_cast<StreamCallbackTask&>(self).f(stream, status);
+  }
+  static void free(HostTask* self) noexcept { delete static_cast<StreamCallbackTask*>(self); }
+  F f;
+};
+
+/// Accepts F for Stream::launch_host_func: a callable `void()` that can be moved (or
+/// copied) into the task.
+template <typename F>
+using enable_if_host_function = std::enable_if_t<std::is_invocable_v<std::decay_t<F>&> &&
+                                                 std::is_constructible_v<std::decay_t<F>, F&&>>;
+
+/// Accepts F for Stream::add_callback: a callable `void(Stream, CUresult)`.
+template <typename F, typename S>
+using enable_if_stream_callback =
+    std::enable_if_t<std::is_invocable_v<std::decay_t<F>&, const S&, CUresult> &&
+                     std::is_constructible_v<std::decay_t<F>, F&&>>;
+
+/// A non-owning Stream for `task`'s stream (defined in lib/host_function.cpp; a friend of
+/// Stream).
+Stream stream_view(const HostTask& task) noexcept;
+
+}  // namespace detail
+}  // namespace custream

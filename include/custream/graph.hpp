@@ -1,0 +1,114 @@
+/// @file
+/// custream::Graph: a CUDA graph and its executable, as a value handle.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+#include "custream/instantiate_flags.hpp"
+#include "custream/stream.hpp"
+
+namespace custream {
+
+namespace detail {
+/// Shared ownership of a graph and its executable.
+struct GraphOwner;
+void release(GraphOwner* owner) noexcept;
+void retain(GraphOwner* owner) noexcept;
+}  // namespace detail
+
+/// A CUDA graph (CUgraph) together with its instantiated executable (CUgraphExec).
+///
+/// Copies share both; the last copy destroys them (cuGraphExecDestroy, then cuGraphDestroy
+/// for a graph it owns). Destroying a Graph while a launch of it still runs is safe: the
+/// driver finishes the launch, and host-function payloads captured with
+/// Stream::launch_host_func live until the graph and every executable of it are gone.
+///
+/// Made by Stream::end_capture(), or from a CUgraph with adopt() or wrap(). Instantiation
+/// uploads the executable by default (InstantiateFlags::upload), so the first launch costs
+/// what a repeat launch costs.
+class Graph {
+ public:
+  /// An empty Graph: no graph, no executable. Only destruction, assignment and the
+  /// accessors may be used.
+  Graph() noexcept = default;
+
+  /// Instantiates `graph` and takes ownership of it (it is destroyed with the last copy,
+  /// also when instantiation fails). With InstantiateFlags::upload the executable is
+  /// uploaded on `upload_stream`; instantiation happens in that stream's context (for a
+  /// special handle: the current context, or the current device's primary context).
+  /// @throws GraphInstantiateError when instantiation fails (naming the instantiate result
+  /// and node); Error on another driver failure.
+  static Graph adopt(CUgraph graph, InstantiateFlags flags, const Stream& upload_stream);
+  /// adopt() uploading on the current stream of the current device.
+  static Graph adopt(CUgraph graph, InstantiateFlags flags = InstantiateFlags::upload);
+  /// Instantiates `graph` without owning it: the caller keeps it alive at least as long as
+  /// this Graph and its copies, and destroys it. Otherwise as adopt().
+  /// @throws as adopt().
+  static Graph wrap(CUgraph graph, InstantiateFlags flags, const Stream& upload_stream);
+  /// wrap() uploading on the current stream of the current device.
+  static Graph wrap(CUgraph graph, InstantiateFlags flags = InstantiateFlags::upload);
+
+  Graph(const Graph& other) noexcept;
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(const Graph& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  /// Drops this reference; the last one destroys the executable and the graph (never
+  /// throws; safe while a launch runs).
+  ~Graph() { detail::release(owner_); }
+
+  /// The CUgraph (null for an empty Graph).
+  CUgraph graph() const noexcept { return graph_; }
+  /// The CUgraphExec (null for an empty Graph).
+  CUgraphExec exec() const noexcept { return exec_; }
+  /// False for an empty Graph.
+  explicit operator bool() const noexcept { return exec_ != nullptr; }
+  /// The flags it was instantiated with.
+  InstantiateFlags flags() const noexcept { return flags_; }
+
+  /// Launches the executable on the current stream of the current device.
+  /// @throws Error on a driver failure (or for an empty Graph).
+  void launch() const;
+  /// Launches the executable on `stream` (cuGraphLaunch: one driver call, no context
+  /// switch). @throws Error naming the graph and stream on a driver failure.
+  void launch(const Stream& stream) const;
+  /// Uploads the executable on the current stream of the current device (cuGraphUpload).
+  /// @throws Error on a driver failure.
+  void upload() const;
+  /// Uploads the executable on `stream` (cuGraphUpload). @throws Error on a driver failure.
+  void upload(const Stream& stream) const;
+
+  /// Gives the executable the parameters of `newer`, a graph of the same topology (e.g. a
+  /// later capture of the same work), with cuGraphExecUpdate. On success this Graph also
+  /// keeps `newer` alive (its graph and host-function payloads, which the updated
+  /// executable may run) for as long as this executable exists: updating many times keeps
+  /// all of them; re-instantiate to drop them.
+  /// @throws GraphUpdateError naming the reason and the failing node (the executable is
+  /// unchanged); Error on another failure.
+  void update(const Graph& newer);
+
+  /// The graph in Graphviz DOT (cuGraphDebugDotPrint, driver >= 11.3); `verbose` adds every
+  /// node's parameters. @throws Error on a driver or file failure.
+  std::string dot(bool verbose = false) const;
+  /// The number of nodes in the graph (cuGraphGetNodes). @throws Error on a driver failure.
+  std::size_t node_count() const;
+
+  /// Same executable.
+  friend bool operator==(const Graph& a, const Graph& b) noexcept { return a.exec_ == b.exec_; }
+  /// Different executables.
+  friend bool operator!=(const Graph& a, const Graph& b) noexcept { return !(a == b); }
+
+ private:
+  static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, const Stream& stream);
+  std::string describe() const;
+  [[gnu::cold]] void launch_failed(CUresult result, const Stream& stream) const;
+
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  InstantiateFlags flags_ = InstantiateFlags::none;
+  detail::GraphOwner* owner_ = nullptr;
+};
+
+}  // namespace custream

@@ -1,0 +1,67 @@
+/// @file
+/// custream::Kernel: a function of a loaded Module, launched on a stream with typed
+/// arguments.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "custream/dim3.hpp"
+#include "custream/module.hpp"
+#include "custream/stream.hpp"
+
+namespace custream {
+
+/// A kernel (CUfunction) of a Module; it keeps the module loaded.
+///
+/// @code
+/// auto add_one = custream::Module::from_ptx(ptx).kernel("add_one");
+/// add_one.launch(stream, {blocks}, {256}, 0, buffer.get(), n);  // CUdeviceptr, int
+/// @endcode
+/// A launch on a capturing stream is captured (a kernel node) and replays with the
+/// argument values of the launch.
+class Kernel {
+ public:
+  /// No kernel.
+  Kernel() noexcept = default;
+
+  /// The CUfunction.
+  CUfunction handle() const noexcept { return function_; }
+  /// The module it belongs to.
+  const Module& module() const noexcept { return module_; }
+
+  /// Launches the kernel on `stream` with `grid` blocks of `block` threads, `shared_bytes`
+  /// of dynamic shared memory, and `args` as its parameters (each passed by value, so its
+  /// type must match the kernel's parameter type exactly: e.g. CUdeviceptr for a pointer,
+  /// int for .s32). One driver call (cuLaunchKernel), no context switch when a context is
+  /// current.
+  /// @throws Error naming the kernel, stream and configuration on a driver failure.
+  template <typename... Args>
+  void launch(const Stream& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+              const Args&... args) const {
+    static_assert((std::is_trivially_copyable_v<Args> && ...),
+                  "kernel arguments are copied bytewise: they must be trivially copyable");
+    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
+                                         nullptr};
+    launch_raw(stream, grid, block, shared_bytes, params);
+  }
+
+  /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams).
+  /// @throws Error on a driver failure.
+  void launch_raw(const Stream& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                  void** params) const;
+
+ private:
+  friend class Module;
+  Kernel(CUfunction function, Module module) noexcept
+      : function_(function), module_(std::move(module)) {}
+  [[gnu::cold]] void launch_failed(CUresult result, const Stream& stream, Dim3 grid, Dim3 block,
+                                   std::size_t shared_bytes, void** params) const;
+
+  CUfunction function_ = nullptr;
+  Module module_;
+};
+
+}  // namespace custream

@@ -1,0 +1,66 @@
+/// @file
+/// custream::Module: a loaded CUDA module (PTX, cubin or fatbin), as a value handle.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+#include <string_view>
+
+namespace custream {
+
+class Kernel;
+
+namespace detail {
+/// Shared ownership of a loaded module.
+struct ModuleOwner;
+void release(ModuleOwner* owner) noexcept;
+void retain(ModuleOwner* owner) noexcept;
+}  // namespace detail
+
+/// A CUDA module loaded into a device's primary context (cuModuleLoadDataEx). Copies share
+/// it; the last copy (or Kernel taken from it) unloads it.
+///
+/// For JIT and kernel-loader tools: PTX text is compiled by the driver's JIT for the device;
+/// a failure carries the JIT's error log in the message.
+class Module {
+ public:
+  /// No module.
+  Module() noexcept = default;
+
+  /// Loads PTX text (JIT-compiled for the device) on device `device_id` (-1: the current
+  /// device). @throws Error naming the device, with the JIT error log, when it fails.
+  static Module from_ptx(std::string_view ptx, int device_id = -1);
+  /// Loads a cubin or fatbin image (or NUL-terminated PTX) from memory; the driver reads
+  /// its size from its header. @throws Error with the JIT log when it fails.
+  static Module from_image(const void* image, int device_id = -1);
+  /// Reads the file at `path` (PTX, cubin or fatbin) and loads it.
+  /// @throws Error when the file cannot be read (naming it) or the load fails (JIT log).
+  static Module from_file(const std::string& path, int device_id = -1);
+
+  Module(const Module& other) noexcept;
+  Module(Module&& other) noexcept;
+  Module& operator=(const Module& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
+  /// Drops this reference; the last one unloads the module. Never throws.
+  ~Module() { detail::release(owner_); }
+
+  /// The kernel `name` (its mangled name for C++ kernels not declared extern "C").
+  /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the kernel when absent.
+  Kernel kernel(const std::string& name) const;
+
+  /// The CUmodule (null when empty).
+  CUmodule handle() const noexcept { return module_; }
+  /// The device it was loaded on (-1 when empty).
+  int device_id() const noexcept { return device_; }
+
+ private:
+  friend class Kernel;
+  static Module load(const void* image, int device_id, const char* what);
+
+  CUmodule module_ = nullptr;
+  int device_ = -1;
+  detail::ModuleOwner* owner_ = nullptr;
+};
+
+}  // namespace custream

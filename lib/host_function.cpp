@@ -1,0 +1,287 @@
+// Host functions and callbacks, with payload lifetimes that survive capture and replay
+// (SPEC §5).
+//
+// Design note — invariants:
+//  1. A callable is moved into a detail::HostTask on the heap before any driver call. From
+//     the moment Stream::launch_host_task / add_callback_task receives it, exactly one party
+//     owns it: the enqueueing call (until a committing driver call succeeds), the run-once
+//     trampoline (not capturing: it runs the callable once, then frees it), or a CUDA user
+//     object held by the capture graph (capturing: freed by the user-object destructor once
+//     the graph and every executable made from it are gone).
+//  2. One capture check, cuStreamGetCaptureInfo, gives both the status and the capture
+//     graph; it is capture-safe, and it sees captures begun by any code (also a stream
+//     joined into another stream's capture through an event: same graph).
+//  3. Capturing, every fallible step (cuUserObjectCreate, cuGraphRetainUserObject with
+//     CU_GRAPH_USER_OBJECT_MOVE) precedes cuLaunchHostFunc, and nothing fallible follows it.
+//     When cuLaunchHostFunc fails, the graph already owns the payload and frees it with
+//     itself: nothing leaks, nothing dangles (no node refers to it).
+//  4. cuStreamAddCallback is never called on a capturing stream (the driver would refuse it
+//     and invalidate the capture): a callback is captured as a host node instead, with
+//     status CUDA_SUCCESS on every replay. An invalidated capture is refused before the
+//     driver is called.
+//  5. Trampolines catch every exception a callable throws and hand it to the handler; they
+//     and the user-object destructor never call the driver (a task's view of its stream owns
+//     nothing, so destroying it cannot destroy the stream).
+//  6. The handler is a leaked, mutex-guarded std::function: no static destructor runs before
+//     a late host function reports, and installing one is thread-safe.
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "context.hpp"
+#include "custream/context_scope.hpp"
+#include "custream/error.hpp"
+#include "custream/host_function_error_handler.hpp"
+#include "custream/stream.hpp"
+#include "driver.hpp"
+
+namespace custream {
+namespace detail {
+
+Stream stream_view(const HostTask& task) noexcept {
+  Stream s;
+  s.handle_ = task.stream;
+  s.context_ = task.context;
+  s.device_ = task.device;
+  s.kind_ = static_cast<Stream::Kind>(task.kind);
+  s.non_blocking_ = task.non_blocking;
+  return s;  // owner_ stays null: the view never destroys the stream (invariant 5)
+}
+
+}  // namespace detail
+
+namespace {
+
+// --- The error handler (invariant 6) ---
+
+struct HandlerState {
+  std::mutex mutex;
+  HostFunctionErrorHandler handler;
+};
+
+HandlerState& handler_state() {
+  static HandlerState* state = new HandlerState;  // leaked on purpose
+  return *state;
+}
+
+void report(const HostFunctionError& error) noexcept {
+  try {
+    HostFunctionErrorHandler handler;
+    {
+      HandlerState& state = handler_state();
+      std::lock_guard<std::mutex> lock(state.mutex);
+      handler = state.handler;
+    }
+    if (handler) {
+      handler(error);
+    } else {
+      default_host_function_error_handler(error);
+    }
+  } catch (...) {
+    std::fputs("custream: the host-function error handler threw; exception dropped\n", stderr);
+  }
+}
+
+// --- Trampolines: run on the driver's host-function thread (invariant 5) ---
+
+struct TaskDeleter {
+  void operator()(detail::HostTask* task) const noexcept { task->destroy(task); }
+};
+using TaskPtr = std::unique_ptr<detail::HostTask, TaskDeleter>;
+
+void run(detail::HostTask& task, CUresult status) noexcept {
+  const Stream view = detail::stream_view(task);
+  try {
+    task.invoke(task, view, status);
+  } catch (...) {
+    report(HostFunctionError{view, std::current_exception(), task.captured});
+  }
+}
+
+void CUDA_CB run_once(void* p) {
+  auto* task = static_cast<detail::HostTask*>(p);
+  run(*task, CUDA_SUCCESS);
+  task->destroy(task);
+}
+
+void CUDA_CB callback_once(CUstream, CUresult status, void* p) {
+  auto* task = static_cast<detail::HostTask*>(p);
+  run(*task, status);
+  task->destroy(task);
+}
+
+void CUDA_CB run_captured(void* p) { run(*static_cast<detail::HostTask*>(p), CUDA_SUCCESS); }
+
+// The user object's destructor: frees the payload, never calls the driver.
+void CUDA_CB destroy_task(void* p) {
+  auto* task = static_cast<detail::HostTask*>(p);
+  task->destroy(task);
+}
+
+// --- Enqueueing ---
+
+[[noreturn, gnu::cold]] void fail(CUresult result, const char* call, const Stream& s,
+                                  std::string detail = {}) {
+  detail::throw_error(result, call, s.to_string(), std::move(detail));
+}
+
+[[noreturn, gnu::cold]] void refuse_invalidated(const char* call, const Stream& s) {
+  throw Error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, call, s.to_string(),
+              "custream refused it without calling the driver: the stream's capture was "
+              "invalidated earlier; end_capture() ends it");
+}
+
+enum class TaskKind { host_function, callback };
+
+// Attaches `task` to `graph` and enqueues it as a host node (invariant 3).
+void launch_captured(const detail::DriverApi& api, const Stream& s, TaskPtr task, CUgraph graph) {
+  task->captured = true;
+  CUuserObject object = nullptr;
+  if (CUresult r = api.cuUserObjectCreate(&object, task.get(), &destroy_task, 1,
+                                          CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+      r != CUDA_SUCCESS) {
+    fail(r, "cuUserObjectCreate", s, "the host function was not enqueued; it is destroyed");
+  }
+  detail::HostTask* raw = task.release();  // owned by the user object from here on
+  if (CUresult r = api.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+      r != CUDA_SUCCESS) {
+    // Still ours: dropping the reference runs the destructor (on a driver thread).
+    (void)api.cuUserObjectRelease(object, 1);
+    fail(r, "cuGraphRetainUserObject", s, "the host function was not enqueued; it is destroyed");
+  }
+  if (CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw); r != CUDA_SUCCESS) {
+    fail(r, "cuLaunchHostFunc", s,
+         "the host function was not captured; the capture graph owns it and destroys it "
+         "with itself");
+  }
+}
+
+// Queries the capture state of `s` (invariant 2). For a special handle with no current
+// context, makes the current device's primary context current in `scope` (kept for the
+// enqueueing call that follows) and asks again. Throws on failure.
+CUstreamCaptureStatus capture_state(const detail::DriverApi& api, const Stream& s,
+                                    std::optional<ContextScope>& scope, CUgraph* graph) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
+  if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {
+    const detail::Loaded& l = detail::loaded();
+    scope.emplace(detail::primary_context(l, detail::current_device_ordinal(l)));
+    r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
+  }
+  if (r != CUDA_SUCCESS) fail(r, "cuStreamGetCaptureInfo", s);
+  return status;
+}
+
+// Enqueues `task` on `s` (invariant 1).
+void enqueue(const Stream& s, TaskPtr task, TaskKind kind) {
+  const detail::DriverApi& api = detail::api();
+  std::optional<ContextScope> scope;
+  CUgraph graph = nullptr;
+  const CUstreamCaptureStatus status = capture_state(api, s, scope, &graph);
+  const char* call = kind == TaskKind::host_function ? "cuLaunchHostFunc" : "cuStreamAddCallback";
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+    const CUstream h = s.handle();
+    const CUresult r = kind == TaskKind::host_function
+                           ? api.cuLaunchHostFunc(h, &run_once, task.get())
+                           : api.cuStreamAddCallback(h, &callback_once, task.get(), 0);
+    if (r != CUDA_SUCCESS) fail(r, call, s);
+    (void)task.release();  // the trampoline frees it after running it
+  } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    launch_captured(api, s, std::move(task), graph);
+  } else {
+    refuse_invalidated(call, s);
+  }
+}
+
+}  // namespace
+
+void Stream::describe(detail::HostTask& task) const noexcept {
+  task.stream = handle_;
+  task.context = context_;
+  task.device = device_;
+  task.kind = static_cast<unsigned char>(kind_);
+  task.non_blocking = non_blocking_;
+}
+
+void Stream::launch_host_task(detail::HostTask* raw) const {
+  TaskPtr task(raw);
+  describe(*task);
+  enqueue(*this, std::move(task), TaskKind::host_function);
+}
+
+void Stream::add_callback_task(detail::HostTask* raw) const {
+  TaskPtr task(raw);
+  describe(*task);
+  enqueue(*this, std::move(task), TaskKind::callback);
+}
+
+void Stream::launch_host_func(CUhostFn fn, void* arg) const {
+  // One driver call: nothing of custream's to keep alive, the caller owns `arg`.
+  const detail::DriverApi& api = detail::api();
+  CUresult r = api.cuLaunchHostFunc(handle_, fn, arg);
+  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
+    const detail::Loaded& l = detail::loaded();
+    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
+    r = api.cuLaunchHostFunc(handle_, fn, arg);
+  }
+  if (r != CUDA_SUCCESS) fail(r, "cuLaunchHostFunc");
+}
+
+void Stream::add_callback(CUstreamCallback fn, void* arg) const {
+  if (fn == nullptr) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "cuStreamAddCallback", to_string(),
+                "the callback is null");
+  }
+  const detail::DriverApi& api = detail::api();
+  std::optional<ContextScope> scope;
+  CUgraph graph = nullptr;
+  const CUstreamCaptureStatus status = capture_state(api, *this, scope, &graph);
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (CUresult r = api.cuStreamAddCallback(handle_, fn, arg, 0); r != CUDA_SUCCESS) {
+      fail(r, "cuStreamAddCallback");
+    }
+  } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    // Captured as a host node around the driver's own callback (invariant 4).
+    auto call = [fn, arg](const Stream& s, CUresult result) { fn(s.handle(), result, arg); };
+    TaskPtr task(new detail::StreamCallbackTask<decltype(call)>(call));
+    describe(*task);
+    launch_captured(api, *this, std::move(task), graph);
+  } else {
+    refuse_invalidated("cuStreamAddCallback", *this);
+  }
+}
+
+// --- HostFunctionError and the handler ---
+
+std::string HostFunctionError::message() const {
+  std::string what;
+  try {
+    std::rethrow_exception(exception);
+  } catch (const std::exception& e) {
+    what = std::string("threw: ") + e.what();
+  } catch (...) {
+    what = "threw an exception not derived from std::exception";
+  }
+  return std::string(captured ? "a captured host function (graph replay) enqueued on "
+                              : "a host function enqueued on ") +
+         stream.to_string() + " " + what;
+}
+
+HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {
+  HandlerState& state = handler_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  std::swap(state.handler, handler);
+  return handler;
+}
+
+void default_host_function_error_handler(const HostFunctionError& error) noexcept {
+  try {
+    const std::string text = "custream: " + error.message() + "\n";
+    std::fputs(text.c_str(), stderr);
+  } catch (...) {
+    std::fputs("custream: a host function threw (no memory to describe it)\n", stderr);
+  }
+}
+
+}  // namespace custream
