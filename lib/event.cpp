@@ -167,7 +167,9 @@ CUipcEventHandle Event::ipc_handle() const {
     throw Error(CUDA_ERROR_INVALID_VALUE, "cuIpcGetEventHandle", event_text(handle_, device_),
                 "the event was not created with EventFlags::interprocess");
   }
-  auto get = detail::require(detail::api().cuIpcGetEventHandle, "cuIpcGetEventHandle");
+  const detail::Loaded& l = detail::loaded();
+  auto get = detail::require(l.api.cuIpcGetEventHandle, "cuIpcGetEventHandle");
+  ContextScope scope(detail::primary_context(l, device_));  // the driver needs one current
   CUipcEventHandle handle{};
   if (CUresult r = get(&handle, handle_); r != CUDA_SUCCESS) {
     detail::throw_error(r, "cuIpcGetEventHandle", event_text(handle_, device_));
