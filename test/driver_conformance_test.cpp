@@ -10,25 +10,26 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <set>
-#include <algorithm>
-#include <unistd.h>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "custream/detail/driver_table.hpp"
 #include "catch_compat.hpp"
+#include "custream/detail/driver_table.hpp"
 #include "emu/emu_control.h"
 
 namespace {
@@ -38,81 +39,81 @@ using namespace std::chrono_literals;
 // ---- loading ----
 
 // X(field, symbol, version)
-#define CONFORMANCE_ENTRIES(X)                                              \
-  X(cuInit, cuInit, 2000)                                                   \
-  X(cuDriverGetVersion, cuDriverGetVersion, 2020)                           \
-  X(cuGetErrorName, cuGetErrorName, 6000)                                   \
-  X(cuGetErrorString, cuGetErrorString, 6000)                               \
-  X(cuDeviceGetCount, cuDeviceGetCount, 2000)                               \
-  X(cuDeviceGet, cuDeviceGet, 2000)                                         \
-  X(cuDeviceGetName, cuDeviceGetName, 2000)                                 \
-  X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000)                       \
-  X(cuDeviceTotalMem, cuDeviceTotalMem, 3020)                               \
-  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000)               \
-  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000)            \
-  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000)           \
-  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                                 \
-  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000)                                 \
-  X(cuCtxPushCurrent, cuCtxPushCurrent, 4000)                               \
-  X(cuCtxPopCurrent, cuCtxPopCurrent, 4000)                                 \
-  X(cuCtxGetDevice, cuCtxGetDevice, 2000)                                   \
-  X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000)                               \
-  X(cuCtxSynchronize, cuCtxSynchronize, 2000)                               \
-  X(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050)         \
-  X(cuStreamCreate, cuStreamCreate, 2000)                                   \
-  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050)           \
-  X(cuStreamDestroy, cuStreamDestroy, 4000)                                 \
-  X(cuStreamGetCtx, cuStreamGetCtx, 9020)                                   \
-  X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050)                               \
-  X(cuStreamGetDevice, cuStreamGetDevice, 12080)                            \
-  X(cuStreamGetPriority, cuStreamGetPriority, 5050)                         \
-  X(cuStreamGetFlags, cuStreamGetFlags, 5050)                               \
-  X(cuStreamGetId, cuStreamGetId, 12000)                                    \
-  X(cuStreamQuery, cuStreamQuery, 2000)                                     \
-  X(cuStreamSynchronize, cuStreamSynchronize, 2000)                         \
-  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020)                             \
-  X(cuStreamAddCallback, cuStreamAddCallback, 5000)                         \
-  X(cuLaunchHostFunc, cuLaunchHostFunc, 10000)                              \
-  X(cuStreamBeginCapture, cuStreamBeginCapture, 10010)                      \
-  X(cuStreamEndCapture, cuStreamEndCapture, 10000)                          \
-  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000)                        \
-  X(cuStreamGetCaptureInfo_v1, cuStreamGetCaptureInfo, 10010)               \
-  X(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030)               \
-  X(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030)               \
+#define CONFORMANCE_ENTRIES(X)                                                   \
+  X(cuInit, cuInit, 2000)                                                        \
+  X(cuDriverGetVersion, cuDriverGetVersion, 2020)                                \
+  X(cuGetErrorName, cuGetErrorName, 6000)                                        \
+  X(cuGetErrorString, cuGetErrorString, 6000)                                    \
+  X(cuDeviceGetCount, cuDeviceGetCount, 2000)                                    \
+  X(cuDeviceGet, cuDeviceGet, 2000)                                              \
+  X(cuDeviceGetName, cuDeviceGetName, 2000)                                      \
+  X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000)                            \
+  X(cuDeviceTotalMem, cuDeviceTotalMem, 3020)                                    \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000)                    \
+  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000)                 \
+  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000)                \
+  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                                      \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000)                                      \
+  X(cuCtxPushCurrent, cuCtxPushCurrent, 4000)                                    \
+  X(cuCtxPopCurrent, cuCtxPopCurrent, 4000)                                      \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000)                                        \
+  X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000)                                    \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000)                                    \
+  X(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050)              \
+  X(cuStreamCreate, cuStreamCreate, 2000)                                        \
+  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050)                \
+  X(cuStreamDestroy, cuStreamDestroy, 4000)                                      \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020)                                        \
+  X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050)                                    \
+  X(cuStreamGetDevice, cuStreamGetDevice, 12080)                                 \
+  X(cuStreamGetPriority, cuStreamGetPriority, 5050)                              \
+  X(cuStreamGetFlags, cuStreamGetFlags, 5050)                                    \
+  X(cuStreamGetId, cuStreamGetId, 12000)                                         \
+  X(cuStreamQuery, cuStreamQuery, 2000)                                          \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000)                              \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020)                                  \
+  X(cuStreamAddCallback, cuStreamAddCallback, 5000)                              \
+  X(cuLaunchHostFunc, cuLaunchHostFunc, 10000)                                   \
+  X(cuStreamBeginCapture, cuStreamBeginCapture, 10010)                           \
+  X(cuStreamEndCapture, cuStreamEndCapture, 10000)                               \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000)                             \
+  X(cuStreamGetCaptureInfo_v1, cuStreamGetCaptureInfo, 10010)                    \
+  X(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030)                    \
+  X(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030)                    \
   X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010) \
-  X(cuEventCreate, cuEventCreate, 2000)                                     \
-  X(cuEventDestroy, cuEventDestroy, 4000)                                   \
-  X(cuEventRecord, cuEventRecord, 2000)                                     \
-  X(cuEventQuery, cuEventQuery, 2000)                                       \
-  X(cuEventSynchronize, cuEventSynchronize, 2000)                           \
-  X(cuEventElapsedTime, cuEventElapsedTime, 2000)                           \
-  X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010)                         \
-  X(cuMemAlloc, cuMemAlloc, 3020)                                           \
-  X(cuMemFree, cuMemFree, 3020)                                             \
-  X(cuMemAllocAsync, cuMemAllocAsync, 11020)                                \
-  X(cuMemFreeAsync, cuMemFreeAsync, 11020)                                  \
-  X(cuMemsetD8Async, cuMemsetD8Async, 3020)                                 \
-  X(cuMemsetD32Async, cuMemsetD32Async, 3020)                               \
-  X(cuMemcpyAsync, cuMemcpyAsync, 4000)                                     \
-  X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020)                             \
-  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020)                             \
-  X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020)                             \
-  X(cuGraphCreate, cuGraphCreate, 10000)                                    \
-  X(cuGraphDestroy, cuGraphDestroy, 10000)                                  \
-  X(cuGraphGetNodes, cuGraphGetNodes, 10000)                                \
-  X(cuGraphAddHostNode, cuGraphAddHostNode, 10000)                          \
-  X(cuGraphAddEmptyNode, cuGraphAddEmptyNode, 10000)                        \
-  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000)                          \
-  X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030)                      \
-  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040)        \
-  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000)      \
-  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000)                          \
-  X(cuGraphUpload, cuGraphUpload, 11010)                                    \
-  X(cuGraphLaunch, cuGraphLaunch, 10000)                                    \
-  X(cuGraphExecUpdate, cuGraphExecUpdate, 12000)                            \
-  X(cuUserObjectCreate, cuUserObjectCreate, 11030)                          \
-  X(cuUserObjectRelease, cuUserObjectRelease, 11030)                        \
-  X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030)                \
+  X(cuEventCreate, cuEventCreate, 2000)                                          \
+  X(cuEventDestroy, cuEventDestroy, 4000)                                        \
+  X(cuEventRecord, cuEventRecord, 2000)                                          \
+  X(cuEventQuery, cuEventQuery, 2000)                                            \
+  X(cuEventSynchronize, cuEventSynchronize, 2000)                                \
+  X(cuEventElapsedTime, cuEventElapsedTime, 2000)                                \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010)                              \
+  X(cuMemAlloc, cuMemAlloc, 3020)                                                \
+  X(cuMemFree, cuMemFree, 3020)                                                  \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020)                                     \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020)                                       \
+  X(cuMemsetD8Async, cuMemsetD8Async, 3020)                                      \
+  X(cuMemsetD32Async, cuMemsetD32Async, 3020)                                    \
+  X(cuMemcpyAsync, cuMemcpyAsync, 4000)                                          \
+  X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020)                                  \
+  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020)                                  \
+  X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020)                                  \
+  X(cuGraphCreate, cuGraphCreate, 10000)                                         \
+  X(cuGraphDestroy, cuGraphDestroy, 10000)                                       \
+  X(cuGraphGetNodes, cuGraphGetNodes, 10000)                                     \
+  X(cuGraphAddHostNode, cuGraphAddHostNode, 10000)                               \
+  X(cuGraphAddEmptyNode, cuGraphAddEmptyNode, 10000)                             \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000)                               \
+  X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030)                           \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040)             \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000)           \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000)                               \
+  X(cuGraphUpload, cuGraphUpload, 11010)                                         \
+  X(cuGraphLaunch, cuGraphLaunch, 10000)                                         \
+  X(cuGraphExecUpdate, cuGraphExecUpdate, 12000)                                 \
+  X(cuUserObjectCreate, cuUserObjectCreate, 11030)                               \
+  X(cuUserObjectRelease, cuUserObjectRelease, 11030)                             \
+  X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030)                     \
   X(cuModuleLoadData, cuModuleLoadData, 2000)
 
 struct Api {
@@ -148,16 +149,16 @@ const Driver& driver() {
       return r;
     }
     r->emulated = dlsym(r->lib, "custream_emu_reset") != nullptr;
-#define CONFORMANCE_LOAD(field, symbol, version)                                          \
-  {                                                                                       \
-    void* fn = nullptr;                                                                   \
-    CUdriverProcAddressQueryResult st{};                                                  \
+#define CONFORMANCE_LOAD(field, symbol, version)                                                \
+  {                                                                                             \
+    void* fn = nullptr;                                                                         \
+    CUdriverProcAddressQueryResult st{};                                                        \
     if (r->get_proc(#symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || \
-        !fn) {                                                                            \
-      r->error = "cuGetProcAddress(" #symbol ", " #version ") failed";                    \
-      return r;                                                                           \
-    }                                                                                     \
-    r->api.field = reinterpret_cast<PFN_##symbol##_v##version>(fn);                       \
+        !fn) {                                                                                  \
+      r->error = "cuGetProcAddress(" #symbol ", " #version ") failed";                          \
+      return r;                                                                                 \
+    }                                                                                           \
+    r->api.field = reinterpret_cast<PFN_##symbol##_v##version>(fn);                             \
   }
     CONFORMANCE_ENTRIES(CONFORMANCE_LOAD)
 #undef CONFORMANCE_LOAD
@@ -174,14 +175,14 @@ const Driver& driver() {
 
 const Api& api() { return driver().api; }
 
-#define REQUIRE_DRIVER_LOADED()                                                        \
-  do {                                                                                 \
+#define REQUIRE_DRIVER_LOADED()                                                         \
+  do {                                                                                  \
     if (!driver().error.empty()) CUSTREAM_SKIP("no usable driver: " << driver().error); \
   } while (false)
 
-#define REQUIRE_EMULATOR()                                                              \
-  do {                                                                                  \
-    REQUIRE_DRIVER_LOADED();                                                            \
+#define REQUIRE_EMULATOR()                                                                \
+  do {                                                                                    \
+    REQUIRE_DRIVER_LOADED();                                                              \
     if (!driver().emulated) CUSTREAM_SKIP("emulator-only test; a real driver is loaded"); \
   } while (false)
 
@@ -403,14 +404,14 @@ TEST_CASE("cuGetProcAddress: not found answers CUDA_ERROR_NOT_FOUND", "[conforma
 TEST_CASE("every entry of custream's driver table is served at its version", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   auto gpa = driver().get_proc;
-#define CONFORMANCE_TABLE_ROW(field, symbol, version, ...)                                \
-  {                                                                                     \
-    INFO(#symbol " at " #version);                                                      \
-    void* fn = nullptr;                                                                 \
-    CUdriverProcAddressQueryResult st{};                                                \
+#define CONFORMANCE_TABLE_ROW(field, symbol, version, ...)                                     \
+  {                                                                                            \
+    INFO(#symbol " at " #version);                                                             \
+    void* fn = nullptr;                                                                        \
+    CUdriverProcAddressQueryResult st{};                                                       \
     CHECK(nm(gpa(#symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st)) == "CUDA_SUCCESS"); \
-    CHECK(fn != nullptr);                                                               \
-    CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS);                                           \
+    CHECK(fn != nullptr);                                                                      \
+    CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS);                                                  \
   }
   CUSTREAM_DRIVER_ENTRIES(CONFORMANCE_TABLE_ROW)
 #undef CONFORMANCE_TABLE_ROW
@@ -512,7 +513,8 @@ TEST_CASE("primary contexts: stable handle, state, current-context stack", "[con
       CHECK(dev == 1);
       CU_OK(api().cuDevicePrimaryCtxRelease(1));
     }
-  }).join();
+  })
+      .join();
 }
 
 TEST_CASE("stream priority range", "[conformance]") {
@@ -713,8 +715,7 @@ void record_host(void* p) {
 }
 }  // namespace
 
-TEST_CASE("host functions and callbacks run in order on one non-caller thread",
-          "[conformance]") {
+TEST_CASE("host functions and callbacks run in order on one non-caller thread", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;
   StreamHandle s1, s2(CU_STREAM_NON_BLOCKING);
@@ -931,8 +932,7 @@ TEST_CASE("cuStreamAddCallback during capture is unsupported and invalidates", "
   CHECK(log.get().empty());
 }
 
-TEST_CASE("the legacy stream during a blocking stream's capture: implicit error",
-          "[conformance]") {
+TEST_CASE("the legacy stream during a blocking stream's capture: implicit error", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;
   StreamHandle s(CU_STREAM_DEFAULT);
@@ -964,8 +964,7 @@ TEST_CASE("the implicit error also holds in relaxed mode", "[conformance][unsure
   StreamHandle s(CU_STREAM_DEFAULT);
   CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_RELAXED));
   CUstreamCaptureStatus st{};
-  CU_CHECK_EQ(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st),
-              CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CU_CHECK_EQ(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   end_capture_quietly(s.s);
 }
 
@@ -991,8 +990,7 @@ TEST_CASE("end capture without begin is an illegal state", "[conformance]") {
   CHECK(g == nullptr);
 }
 
-TEST_CASE("fork and join through events; end on a joined stream is unmatched",
-          "[conformance]") {
+TEST_CASE("fork and join through events; end on a joined stream is unmatched", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;
   StreamHandle s1(CU_STREAM_NON_BLOCKING), s2(CU_STREAM_NON_BLOCKING);
@@ -1295,8 +1293,7 @@ void destroy_payload(void* p) {
 }
 }  // namespace
 
-TEST_CASE("user object: destructor once, after graph and executable are gone",
-          "[conformance]") {
+TEST_CASE("user object: destructor once, after graph and executable are gone", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;
   StreamHandle s(CU_STREAM_NON_BLOCKING);
@@ -1453,6 +1450,47 @@ TEST_CASE("live objects return to their baseline", "[emu-only]") {
   }
   CHECK(idle(5000) == 1);
   CHECK(live() == before);
+}
+
+TEST_CASE("emulator: every served symbol has exactly the ABI versions of cudaTypedefs.h",
+          "[emu-only]") {
+  REQUIRE_EMULATOR();
+  const std::string path = CUSTREAM_EMU_TYPEDEFS_H;
+  std::ifstream in(path);
+  if (path.empty() || !in) CUSTREAM_SKIP("cudaTypedefs.h not found at build time");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  // name -> versions, from "PFN_<name>_v<N>)" and "PFN_<name>_v<N>_pt??)".
+  std::map<std::string, std::set<int>> versions;
+  for (size_t pos = text.find("PFN_"); pos != std::string::npos; pos = text.find("PFN_", pos + 4)) {
+    const size_t end = text.find_first_of(")(; ", pos);
+    std::string id = text.substr(pos + 4, end - pos - 4);
+    for (const char* suffix : {"_ptsz", "_ptds"})
+      if (id.size() > 5 && id.compare(id.size() - 5, 5, suffix) == 0) id.resize(id.size() - 5);
+    const size_t v = id.rfind("_v");
+    if (v == std::string::npos || v + 2 >= id.size()) continue;
+    const std::string digits = id.substr(v + 2);
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    versions[id.substr(0, v)].insert(std::stoi(digits));
+  }
+  REQUIRE(versions.size() > 100);
+  auto gpa = driver().get_proc;
+  int served = 0;
+  for (const auto& [name, vs] : versions) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult st{};
+    if (gpa(name.c_str(), &fn, 13000, 0, &st) != CUDA_SUCCESS) continue;
+    ++served;
+    INFO(name);
+    CHECK(gpa(name.c_str(), &fn, *vs.begin() - 1, 0, &st) == CUDA_ERROR_NOT_FOUND);
+    CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    for (int v : vs) {
+      CHECK(gpa(name.c_str(), &fn, v, 0, &st) == CUDA_SUCCESS);
+      CHECK(fn != nullptr);
+    }
+  }
+  CHECK(served > 60);
 }
 
 TEST_CASE("emulator: capture refuses stream-ordered allocation; kernels cannot load",

@@ -107,7 +107,7 @@ CUresult capture_status(CUstream h, Stream** out, CUstreamCaptureStatus* status)
   if ((*out)->kind == Stream::kLegacy && legacy_conflict((*out)->ctx))
     return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   const Capture* c = (*out)->capture.get();
-  *status = !c                ? CU_STREAM_CAPTURE_STATUS_NONE
+  *status = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
             : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
@@ -201,17 +201,17 @@ void end_capture_streams(const std::shared_ptr<Capture>& c) {
 }
 
 void register_capture_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuStreamBeginCapture, 10000, stream_begin_capture_v1),
-                            EMU_ENTRY(cuStreamBeginCapture, 10010, stream_begin_capture),
-                            EMU_ENTRY(cuStreamEndCapture, 10000, stream_end_capture),
-                            EMU_ENTRY(cuStreamIsCapturing, 10000, stream_is_capturing),
-                            EMU_ENTRY(cuStreamGetCaptureInfo, 10010, get_capture_info_v1),
-                            EMU_ENTRY(cuStreamGetCaptureInfo, 11030, get_capture_info_v2),
-                            EMU_ENTRY(cuStreamGetCaptureInfo, 12030, get_capture_info_v3),
-                            EMU_ENTRY(cuThreadExchangeStreamCaptureMode, 10010,
-                                      thread_exchange_capture_mode),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuStreamBeginCapture, 10000, stream_begin_capture_v1),
+                 EMU_ENTRY(cuStreamBeginCapture, 10010, stream_begin_capture),
+                 EMU_ENTRY(cuStreamEndCapture, 10000, stream_end_capture),
+                 EMU_ENTRY(cuStreamIsCapturing, 10000, stream_is_capturing),
+                 EMU_ENTRY(cuStreamGetCaptureInfo, 10010, get_capture_info_v1),
+                 EMU_ENTRY(cuStreamGetCaptureInfo, 11030, get_capture_info_v2),
+                 EMU_ENTRY(cuStreamGetCaptureInfo, 12030, get_capture_info_v3),
+                 EMU_ENTRY(cuThreadExchangeStreamCaptureMode, 10010, thread_exchange_capture_mode),
+             });
 }
 
 }  // namespace emu

@@ -39,57 +39,158 @@ CUresult device_get_name(char* name, int len, CUdevice dev) {
 
 bool attribute_value(CUdevice_attribute a, CUdevice dev, int* v) {
   switch (a) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = INT_MAX; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; return true;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *v = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; return true;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; return true;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 6144; return true;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 62914560; return true;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 5; return true;
-    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = CU_COMPUTEMODE_DEFAULT; return true;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + dev; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: *v = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *v = 512; return true;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *v = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *v = INT_MAX; return true;
-    default: return false;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *v = 9;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *v = 132;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *v = 1024;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      *v = 1024;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      *v = 1024;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      *v = 64;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      *v = INT_MAX;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      *v = 65535;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      *v = 65535;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *v = 32;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      *v = 49152;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      *v = 232448;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      *v = 233472;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      *v = 65536;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      *v = 65536;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      *v = 2048;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      *v = 32;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      *v = 65536;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *v = 1980000;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      *v = 2619000;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      *v = 6144;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      *v = 62914560;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      *v = 5;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+      *v = CU_COMPUTEMODE_DEFAULT;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      *v = 0x18 + dev;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+      *v = 1;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+      *v = 512;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+      *v = 32;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      *v = INT_MAX;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -277,32 +378,32 @@ bool valid_context(Context* ctx) {
 }
 
 void register_context_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuDeviceGetCount, 2000, device_get_count),
-                            EMU_ENTRY(cuDeviceGet, 2000, device_get),
-                            EMU_ENTRY(cuDeviceGetName, 2000, device_get_name),
-                            EMU_ENTRY(cuDeviceGetAttribute, 2000, device_get_attribute),
-                            EMU_ENTRY(cuDeviceTotalMem, 2000, device_total_mem_v1),
-                            EMU_ENTRY(cuDeviceTotalMem, 3020, device_total_mem),
-                            EMU_ENTRY(cuDevicePrimaryCtxRetain, 7000, primary_retain),
-                            EMU_ENTRY(cuDevicePrimaryCtxRelease, 7000, primary_release),
-                            EMU_ENTRY(cuDevicePrimaryCtxRelease, 11000, primary_release),
-                            EMU_ENTRY(cuDevicePrimaryCtxGetState, 7000, primary_get_state),
-                            EMU_ENTRY(cuDevicePrimaryCtxReset, 7000, primary_reset),
-                            EMU_ENTRY(cuDevicePrimaryCtxReset, 11000, primary_reset),
-                            EMU_ENTRY(cuCtxGetCurrent, 4000, ctx_get_current),
-                            EMU_ENTRY(cuCtxSetCurrent, 4000, ctx_set_current),
-                            EMU_ENTRY(cuCtxPushCurrent, 2000, ctx_push_current),
-                            EMU_ENTRY(cuCtxPushCurrent, 4000, ctx_push_current),
-                            EMU_ENTRY(cuCtxPopCurrent, 2000, ctx_pop_current),
-                            EMU_ENTRY(cuCtxPopCurrent, 4000, ctx_pop_current),
-                            EMU_ENTRY(cuCtxGetDevice, 2000, ctx_get_device),
-                            EMU_ENTRY(cuCtxGetDevice, 13000, ctx_get_device_v2),
-                            EMU_ENTRY(cuCtxSynchronize, 2000, ctx_synchronize),
-                            EMU_ENTRY(cuCtxSynchronize, 13000, ctx_synchronize_v2),
-                            EMU_ENTRY(cuCtxGetStreamPriorityRange, 5050,
-                                      ctx_get_stream_priority_range),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuDeviceGetCount, 2000, device_get_count),
+                 EMU_ENTRY(cuDeviceGet, 2000, device_get),
+                 EMU_ENTRY(cuDeviceGetName, 2000, device_get_name),
+                 EMU_ENTRY(cuDeviceGetAttribute, 2000, device_get_attribute),
+                 EMU_ENTRY(cuDeviceTotalMem, 2000, device_total_mem_v1),
+                 EMU_ENTRY(cuDeviceTotalMem, 3020, device_total_mem),
+                 EMU_ENTRY(cuDevicePrimaryCtxRetain, 7000, primary_retain),
+                 EMU_ENTRY(cuDevicePrimaryCtxRelease, 7000, primary_release),
+                 EMU_ENTRY(cuDevicePrimaryCtxRelease, 11000, primary_release),
+                 EMU_ENTRY(cuDevicePrimaryCtxGetState, 7000, primary_get_state),
+                 EMU_ENTRY(cuDevicePrimaryCtxReset, 7000, primary_reset),
+                 EMU_ENTRY(cuDevicePrimaryCtxReset, 11000, primary_reset),
+                 EMU_ENTRY(cuCtxGetCurrent, 4000, ctx_get_current),
+                 EMU_ENTRY(cuCtxSetCurrent, 4000, ctx_set_current),
+                 EMU_ENTRY(cuCtxPushCurrent, 2000, ctx_push_current),
+                 EMU_ENTRY(cuCtxPushCurrent, 4000, ctx_push_current),
+                 EMU_ENTRY(cuCtxPopCurrent, 2000, ctx_pop_current),
+                 EMU_ENTRY(cuCtxPopCurrent, 4000, ctx_pop_current),
+                 EMU_ENTRY(cuCtxGetDevice, 2000, ctx_get_device),
+                 EMU_ENTRY(cuCtxGetDevice, 13000, ctx_get_device_v2),
+                 EMU_ENTRY(cuCtxSynchronize, 2000, ctx_synchronize),
+                 EMU_ENTRY(cuCtxSynchronize, 13000, ctx_synchronize_v2),
+                 EMU_ENTRY(cuCtxGetStreamPriorityRange, 5050, ctx_get_stream_priority_range),
+             });
 }
 
 }  // namespace emu

@@ -282,13 +282,15 @@ void register_user_object_entries(std::vector<Entry>& out);
 }  // namespace emu
 
 /// An Entry for `fn`, which must have exactly the type PFN_<name>_v<version> (compile-checked).
-#define EMU_ENTRY(name, version, fn) \
-  ::emu::Entry { #name, version, reinterpret_cast<void*>(static_cast<PFN_##name##_v##version>(&fn)) }
+#define EMU_ENTRY(name, version, fn)                                                      \
+  ::emu::Entry {                                                                          \
+#name, version, reinterpret_cast < void*>(static_cast <PFN_##name##_v##version>(&fn)) \
+  }
 
 /// Entry-point prologue: fault injection, sticky errors and cuInit check.
-#define EMU_ENTER(name)                                                 \
-  do {                                                                  \
+#define EMU_ENTER(name)                                                    \
+  do {                                                                     \
     if (CUresult emu_fault_ = ::emu::check_fault(name)) return emu_fault_; \
-    if (!::emu::state().initialized.load(std::memory_order_acquire))    \
-      return CUDA_ERROR_NOT_INITIALIZED;                                \
+    if (!::emu::state().initialized.load(std::memory_order_acquire))       \
+      return CUDA_ERROR_NOT_INITIALIZED;                                   \
   } while (false)

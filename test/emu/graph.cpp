@@ -111,8 +111,8 @@ CUresult graph_add_memset_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* de
   return add(ph, g, deps, n, std::move(w));
 }
 
-CUresult add_event_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
-                        CUevent e, CUgraphNodeType type) {
+CUresult add_event_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e,
+                        CUgraphNodeType type) {
   Work w;
   w.type = type;
   {
@@ -123,8 +123,8 @@ CUresult add_event_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, siz
   return add(ph, g, deps, n, std::move(w));
 }
 
-CUresult graph_add_event_record_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps,
-                                     size_t n, CUevent e) {
+CUresult graph_add_event_record_node(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                     CUevent e) {
   EMU_ENTER("cuGraphAddEventRecordNode");
   return add_event_node(ph, g, deps, n, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
 }
@@ -147,13 +147,20 @@ CUresult graph_node_get_type(CUgraphNode h, CUgraphNodeType* type) {
 
 const char* type_name(CUgraphNodeType t) {
   switch (t) {
-    case CU_GRAPH_NODE_TYPE_HOST: return "HOST";
-    case CU_GRAPH_NODE_TYPE_MEMSET: return "MEMSET";
-    case CU_GRAPH_NODE_TYPE_MEMCPY: return "MEMCPY";
-    case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
-    default: return "UNKNOWN";
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return "HOST";
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return "MEMSET";
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return "MEMCPY";
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return "EMPTY";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return "EVENT_RECORD";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return "WAIT_EVENT";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -167,7 +174,8 @@ CUresult graph_debug_dot_print(CUgraph h, const char* path, unsigned int flags) 
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     const bool verbose = flags & CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE;
     char buf[512];
-    out += "digraph dot {\n\tsubgraph cluster_0 {\n\t\tlabel=\"graph_0\" graph[style=\"dashed\"];\n";
+    out +=
+        "digraph dot {\n\tsubgraph cluster_0 {\n\t\tlabel=\"graph_0\" graph[style=\"dashed\"];\n";
     for (const auto& n : g->nodes) {
       const Work& w = n->work;
       std::string label = std::string(type_name(w.type)) + "\\nnode " + std::to_string(n->index);
@@ -308,8 +316,8 @@ CUresult graph_upload(CUgraphExec h, CUstream hs) {
   if (!as_exec(h)) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(hs, &st)) return r;
-  if (st->capture) return st->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                                   : CUDA_SUCCESS;
+  if (st->capture)
+    return st->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
   if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
     return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   push_op(st, Op{});
@@ -468,28 +476,26 @@ void destroy_graph(Graph* g) {
 }
 
 void register_graph_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuGraphCreate, 10000, graph_create),
-                            EMU_ENTRY(cuGraphDestroy, 10000, graph_destroy),
-                            EMU_ENTRY(cuGraphGetNodes, 10000, graph_get_nodes),
-                            EMU_ENTRY(cuGraphAddHostNode, 10000, graph_add_host_node),
-                            EMU_ENTRY(cuGraphAddEmptyNode, 10000, graph_add_empty_node),
-                            EMU_ENTRY(cuGraphAddMemsetNode, 10000, graph_add_memset_node),
-                            EMU_ENTRY(cuGraphAddEventRecordNode, 11010,
-                                      graph_add_event_record_node),
-                            EMU_ENTRY(cuGraphAddEventWaitNode, 11010, graph_add_event_wait_node),
-                            EMU_ENTRY(cuGraphNodeGetType, 10000, graph_node_get_type),
-                            EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
-                            EMU_ENTRY(cuGraphInstantiateWithFlags, 11040,
-                                      graph_instantiate_with_flags),
-                            EMU_ENTRY(cuGraphInstantiateWithParams, 12000,
-                                      graph_instantiate_with_params),
-                            EMU_ENTRY(cuGraphExecDestroy, 10000, graph_exec_destroy),
-                            EMU_ENTRY(cuGraphUpload, 11010, graph_upload),
-                            EMU_ENTRY(cuGraphLaunch, 10000, graph_launch),
-                            EMU_ENTRY(cuGraphExecUpdate, 10020, graph_exec_update_v1),
-                            EMU_ENTRY(cuGraphExecUpdate, 12000, graph_exec_update),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuGraphCreate, 10000, graph_create),
+                 EMU_ENTRY(cuGraphDestroy, 10000, graph_destroy),
+                 EMU_ENTRY(cuGraphGetNodes, 10000, graph_get_nodes),
+                 EMU_ENTRY(cuGraphAddHostNode, 10000, graph_add_host_node),
+                 EMU_ENTRY(cuGraphAddEmptyNode, 10000, graph_add_empty_node),
+                 EMU_ENTRY(cuGraphAddMemsetNode, 10000, graph_add_memset_node),
+                 EMU_ENTRY(cuGraphAddEventRecordNode, 11010, graph_add_event_record_node),
+                 EMU_ENTRY(cuGraphAddEventWaitNode, 11010, graph_add_event_wait_node),
+                 EMU_ENTRY(cuGraphNodeGetType, 10000, graph_node_get_type),
+                 EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
+                 EMU_ENTRY(cuGraphInstantiateWithFlags, 11040, graph_instantiate_with_flags),
+                 EMU_ENTRY(cuGraphInstantiateWithParams, 12000, graph_instantiate_with_params),
+                 EMU_ENTRY(cuGraphExecDestroy, 10000, graph_exec_destroy),
+                 EMU_ENTRY(cuGraphUpload, 11010, graph_upload),
+                 EMU_ENTRY(cuGraphLaunch, 10000, graph_launch),
+                 EMU_ENTRY(cuGraphExecUpdate, 10020, graph_exec_update_v1),
+                 EMU_ENTRY(cuGraphExecUpdate, 12000, graph_exec_update),
+             });
 }
 
 }  // namespace emu

@@ -107,8 +107,8 @@ const Table& table() {
 CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM |
-                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  const cuuint64_t known =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   const Table& t = table();

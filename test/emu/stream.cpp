@@ -325,8 +325,7 @@ void execute_data_work(const Work& w) {
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (w.bytes)
-        std::memmove(reinterpret_cast<void*>(w.dst), reinterpret_cast<const void*>(w.src),
-                     w.bytes);
+        std::memmove(reinterpret_cast<void*>(w.dst), reinterpret_cast<const void*>(w.src), w.bytes);
       break;
     default:
       break;
@@ -409,23 +408,23 @@ void stream_wait(std::unique_lock<std::mutex>& lk, Stream* st) {
 }
 
 void register_stream_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuStreamCreate, 2000, stream_create),
-                            EMU_ENTRY(cuStreamCreateWithPriority, 5050,
-                                      stream_create_with_priority),
-                            EMU_ENTRY(cuStreamDestroy, 2000, stream_destroy),
-                            EMU_ENTRY(cuStreamDestroy, 4000, stream_destroy),
-                            EMU_ENTRY(cuStreamGetCtx, 9020, stream_get_ctx),
-                            EMU_ENTRY(cuStreamGetCtx, 12050, stream_get_ctx_v2),
-                            EMU_ENTRY(cuStreamGetDevice, 12080, stream_get_device),
-                            EMU_ENTRY(cuStreamGetPriority, 5050, stream_get_priority),
-                            EMU_ENTRY(cuStreamGetFlags, 5050, stream_get_flags),
-                            EMU_ENTRY(cuStreamGetId, 12000, stream_get_id),
-                            EMU_ENTRY(cuStreamQuery, 2000, stream_query),
-                            EMU_ENTRY(cuStreamSynchronize, 2000, stream_synchronize),
-                            EMU_ENTRY(cuStreamAddCallback, 5000, stream_add_callback),
-                            EMU_ENTRY(cuLaunchHostFunc, 10000, launch_host_func),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuStreamCreate, 2000, stream_create),
+                 EMU_ENTRY(cuStreamCreateWithPriority, 5050, stream_create_with_priority),
+                 EMU_ENTRY(cuStreamDestroy, 2000, stream_destroy),
+                 EMU_ENTRY(cuStreamDestroy, 4000, stream_destroy),
+                 EMU_ENTRY(cuStreamGetCtx, 9020, stream_get_ctx),
+                 EMU_ENTRY(cuStreamGetCtx, 12050, stream_get_ctx_v2),
+                 EMU_ENTRY(cuStreamGetDevice, 12080, stream_get_device),
+                 EMU_ENTRY(cuStreamGetPriority, 5050, stream_get_priority),
+                 EMU_ENTRY(cuStreamGetFlags, 5050, stream_get_flags),
+                 EMU_ENTRY(cuStreamGetId, 12000, stream_get_id),
+                 EMU_ENTRY(cuStreamQuery, 2000, stream_query),
+                 EMU_ENTRY(cuStreamSynchronize, 2000, stream_synchronize),
+                 EMU_ENTRY(cuStreamAddCallback, 5000, stream_add_callback),
+                 EMU_ENTRY(cuLaunchHostFunc, 10000, launch_host_func),
+             });
 }
 
 }  // namespace emu
