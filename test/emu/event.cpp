@@ -206,6 +206,8 @@ static_assert(sizeof(IpcPayload) <= sizeof(CUipcEventHandle), "IPC handle too sm
 CUresult ipc_get_event_handle(CUipcEventHandle* ph, CUevent he) {
   EMU_ENTER("cuIpcGetEventHandle");
   if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  // Measured on the H200: without a current context the driver answers INVALID_CONTEXT.
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
   Event* e = as_event(he);
