@@ -1,0 +1,80 @@
+// Helpers for the host-function, capture, graph and kernel tests.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "custream/detail/driver.hpp"
+#include "test_support.hpp"
+
+namespace custream_test {
+
+/// Counts the runs and destructions of a host-function payload.
+struct Probe {
+  std::atomic<int> runs{0};
+  std::atomic<int> destroyed{0};
+};
+
+/// A move-only `void()` payload: each run counts, and the one object that still holds the
+/// probe when destroyed counts one destruction (moved-from shells count nothing).
+class Payload {
+ public:
+  explicit Payload(std::shared_ptr<Probe> probe) : probe_(std::move(probe)) {}
+  Payload(Payload&&) noexcept = default;
+  Payload& operator=(Payload&&) = delete;
+  Payload(const Payload&) = delete;
+  ~Payload() {
+    if (probe_) probe_->destroyed.fetch_add(1);
+  }
+  void operator()() { probe_->runs.fetch_add(1); }
+
+ private:
+  std::shared_ptr<Probe> probe_;
+};
+
+/// Waits (up to 10 s) until `done()` is true; returns whether it became true. User-object
+/// destructors run on a driver thread, some time after the last reference is dropped.
+template <typename Pred>
+bool eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+/// The emulator's custream_emu_fail_call, or null on a real driver.
+inline void emu_fail_call(const char* name, int nth, CUresult result) {
+  auto fn = emu_symbol<void (*)(const char*, int, CUresult)>("custream_emu_fail_call");
+  REQUIRE(fn != nullptr);
+  fn(name, nth, result);
+}
+
+/// Clears pending emulator fault injections.
+inline void emu_reset() {
+  auto fn = emu_symbol<void (*)()>("custream_emu_reset");
+  REQUIRE(fn != nullptr);
+  fn();
+}
+
+/// Waits until the emulator's streams and callback thread are idle.
+inline bool emu_wait_idle() {
+  auto fn = emu_symbol<int (*)(int)>("custream_emu_wait_idle");
+  REQUIRE(fn != nullptr);
+  return fn(10000) == 1;
+}
+
+/// The driver's entry points, for "foreign code" in tests.
+inline const custream::detail::DriverApi& raw() { return custream::detail::api(); }
+
+}  // namespace custream_test
+
+/// Skips unless the driver is custream's emulator (fault injection).
+#define REQUIRE_EMULATOR()                                                                   \
+  do {                                                                                       \
+    REQUIRE_DRIVER();                                                                        \
+    if (!::custream_test::emulated()) CUSTREAM_SKIP("needs the emulator (fault injection)"); \
+  } while (false)

@@ -1,0 +1,235 @@
+// Modules and kernels from PTX text, launched directly and from captured graphs. Needs a real
+// GPU: the emulator answers CUDA_ERROR_NOT_SUPPORTED for module loading ([kernel] cases skip
+// there). The PTX is written for sm_70 so the JIT compiles it for the H200 (sm_90).
+#include "custream/kernel.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "custream/device_buffer.hpp"
+#include "custream/graph.hpp"
+#include "custream/module.hpp"
+#include "custream/stream.hpp"
+#include "graph_support.hpp"
+
+using custream::Graph;
+using custream::Kernel;
+using custream::Module;
+using custream::Stream;
+using custream_test::eventually;
+using custream_test::Payload;
+using custream_test::Probe;
+
+namespace {
+
+// add_one(int* data, unsigned n): data[i] += 1 for i < n.
+// spin(unsigned long long ns): busy-waits `ns` nanoseconds of %globaltimer.
+constexpr const char* kPtx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry add_one(
+  .param .u64 data,
+  .param .u32 n
+)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [data];
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mov.u32 %r4, %tid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r4;
+  setp.ge.u32 %p1, %r5, %r1;
+  @%p1 bra DONE;
+  cvta.to.global.u64 %rd2, %rd1;
+  mul.wide.u32 %rd3, %r5, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r6, [%rd4];
+  add.s32 %r7, %r6, 1;
+  st.global.u32 [%rd4], %r7;
+DONE:
+  ret;
+}
+
+.visible .entry spin(
+  .param .u64 ns
+)
+{
+  .reg .pred %p<2>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [ns];
+  mov.u64 %rd2, %globaltimer;
+LOOP:
+  mov.u64 %rd3, %globaltimer;
+  sub.s64 %rd4, %rd3, %rd2;
+  setp.lt.u64 %p1, %rd4, %rd1;
+  @%p1 bra LOOP;
+  ret;
+}
+)";
+
+constexpr unsigned kCount = 1000;
+
+std::vector<int> read(const Stream& s, const custream::DeviceBuffer& b) {
+  std::vector<int> host(b.size() / sizeof(int));
+  s.copy(host.data(), b.get(), b.size());
+  s.synchronize();
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("module loading answers NOT_SUPPORTED on the emulator", "[gpu][kernel][emu-only]") {
+  REQUIRE_EMULATOR();
+  try {
+    (void)Module::from_ptx(kPtx);
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(e.call() == "cuModuleLoadDataEx");
+    CHECK(std::string(e.what()).find("device 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("a PTX kernel launched with typed arguments", "[kernel]") {
+  REQUIRE_REAL_GPU();
+  Stream s(true);
+  Module m = Module::from_ptx(kPtx);
+  CHECK(m.handle() != nullptr);
+  CHECK(m.device_id() == custream::Device::current().ordinal());
+  Kernel add_one = m.kernel("add_one");
+  CHECK(add_one.handle() != nullptr);
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 41, kCount);
+  add_one.launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount - 1);
+  const auto v = read(s, data);
+  CHECK(v[0] == 42);
+  CHECK(v[kCount - 2] == 42);
+  CHECK(v[kCount - 1] == 41);  // n excludes the last element
+}
+
+TEST_CASE("a kernel keeps its module loaded", "[kernel]") {
+  REQUIRE_REAL_GPU();
+  Stream s(true);
+  Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");  // the Module handle is gone
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 0, kCount);
+  add_one.launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
+  CHECK(read(s, data)[kCount - 1] == 1);
+}
+
+TEST_CASE("module errors carry the JIT log and the kernel name", "[kernel]") {
+  REQUIRE_REAL_GPU();
+  try {
+    (void)Module::from_ptx(
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .entry broken() { this is not ptx; }\n");
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.call() == "cuModuleLoadDataEx");
+    CHECK(e.result() == CUDA_ERROR_INVALID_PTX);
+    CHECK(std::string(e.what()).find("JIT error log") != std::string::npos);
+  }
+  Module m = Module::from_ptx(kPtx);
+  try {
+    (void)m.kernel("no_such_kernel");
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == CUDA_ERROR_NOT_FOUND);
+    CHECK(std::string(e.what()).find("\"no_such_kernel\"") != std::string::npos);
+  }
+  try {
+    (void)Module::from_file("/nonexistent/custream.ptx");
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(std::string(e.what()).find("/nonexistent/custream.ptx") != std::string::npos);
+  }
+}
+
+TEST_CASE("modules from a file and from an image", "[kernel]") {
+  REQUIRE_REAL_GPU();
+  char path[] = "/tmp/custream-kernel-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << kPtx;
+  }
+  Module from_file = Module::from_file(path);
+  unlink(path);
+  Module from_image = Module::from_image(kPtx);
+  Stream s(true);
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 0, kCount);
+  from_file.kernel("add_one").launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
+  from_image.kernel("add_one").launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
+  CHECK(read(s, data)[17] == 2);
+}
+
+TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][graph]") {
+  REQUIRE_REAL_GPU();
+  Stream s(true), other(true);
+  Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 0, kCount);
+  s.synchronize();
+  s.begin_capture();
+  for (int i = 0; i < 3; ++i) {
+    add_one.launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
+  }
+  Graph g = s.end_capture();
+  CHECK(read(s, data)[0] == 0);  // capture ran nothing
+  CHECK(g.node_count() == 3);
+  g.launch(s);
+  s.synchronize();
+  g.launch(other);
+  other.synchronize();
+  CHECK(read(s, data)[kCount - 1] == 6);
+  const std::string plain = g.dot(), verbose = g.dot(true);
+  CHECK(plain.find("add_one") != std::string::npos);
+  CHECK(verbose != plain);
+}
+
+TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "[kernel][graph]") {
+  REQUIRE_REAL_GPU();
+  Stream s(true);
+  Kernel spin = Module::from_ptx(kPtx).kernel("spin");
+  auto probe = std::make_shared<Probe>();
+  const unsigned long long ns = 300'000'000ull;  // 300 ms
+  {
+    s.begin_capture();
+    spin.launch(s, {1}, {1}, 0, ns);
+    s.launch_host_func(Payload(probe));
+    Graph g = s.end_capture();
+    g.launch(s);
+  }  // graph and executable destroyed while the kernel spins
+  CHECK(probe->runs == 0);
+  CHECK(probe->destroyed == 0);
+  s.synchronize();
+  CHECK(probe->runs == 1);
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+}
+
+TEST_CASE("kernel launch costs one driver call: same result with no context current", "[kernel]") {
+  REQUIRE_REAL_GPU();
+  Stream s(true);
+  Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 0, kCount);
+  std::thread([&] {  // a fresh thread has no current context
+    add_one.launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
+  })
+      .join();
+  CHECK(read(s, data)[5] == 1);
+}
