@@ -27,7 +27,9 @@ class DeviceBuffer {
   /// @throws Error on a driver failure.
   DeviceBuffer(std::size_t bytes, const Stream& stream);
 
+  /// Takes over `other`'s memory; `other` becomes empty.
   DeviceBuffer(DeviceBuffer&& other) noexcept;
+  /// Frees this buffer's memory and takes over `other`'s; `other` becomes empty.
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;

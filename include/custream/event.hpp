@@ -59,9 +59,13 @@ class Event {
   /// @throws Error on a driver failure.
   static Event open_ipc(const CUipcEventHandle& handle);
 
+  /// Another reference to the same CUevent.
   Event(const Event& other) noexcept;
+  /// Takes over `other`'s reference; `other` becomes empty.
   Event(Event&& other) noexcept;
+  /// Refers to `other`'s CUevent instead (dropping this reference).
   Event& operator=(const Event& other) noexcept;
+  /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
   Event& operator=(Event&& other) noexcept;
   /// Drops this reference; destroys the CUevent with the last one.
   ~Event() { detail::release(owner_); }

@@ -51,9 +51,13 @@ class Graph {
   /// wrap() uploading on the current stream of the current device.
   static Graph wrap(CUgraph graph, InstantiateFlags flags = InstantiateFlags::upload);
 
+  /// Another reference to the same graph and executable.
   Graph(const Graph& other) noexcept;
+  /// Takes over `other`'s reference; `other` becomes empty.
   Graph(Graph&& other) noexcept;
+  /// Refers to `other`'s graph and executable instead (dropping this reference).
   Graph& operator=(const Graph& other) noexcept;
+  /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
   Graph& operator=(Graph&& other) noexcept;
   /// Drops this reference; the last one destroys the executable and the graph (never
   /// throws; safe while a launch runs).

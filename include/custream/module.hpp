@@ -38,9 +38,13 @@ class Module {
   /// @throws Error when the file cannot be read (naming it) or the load fails (JIT log).
   static Module from_file(const std::string& path, int device_id = -1);
 
+  /// Another reference to the same loaded module.
   Module(const Module& other) noexcept;
+  /// Takes over `other`'s reference; `other` becomes empty.
   Module(Module&& other) noexcept;
+  /// Refers to `other`'s loaded module instead (dropping this reference).
   Module& operator=(const Module& other) noexcept;
+  /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
   Module& operator=(Module&& other) noexcept;
   /// Drops this reference; the last one unloads the module. Never throws.
   ~Module() { detail::release(owner_); }

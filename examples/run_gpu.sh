@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs examples 1-3 on a real GPU and prints one PASS / FAIL / SKIP line each, then a summary.
+#
+#   bash examples/run_gpu.sh [build-dir]      (default: build-examples in the source tree)
+#
+# A build dir without build.ninja is set up first (examples only: no tests, tools or bench);
+# an existing one gets -Dexamples=enabled. Needs the NVIDIA driver; libcudart / libnvrtc are
+# found by dlopen (their usual names, then /usr/local/cuda/lib64; or set CUSTREAM_LIBCUDART /
+# CUSTREAM_NVRTC to a path); example 3 needs CuPy and PyTorch in $PYTHON (default python3).
+# Exit status 0 only when all three pass.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$src/build-examples}
+python=${PYTHON:-python3}
+
+if [ ! -f "$build/build.ninja" ]; then
+  opts=(-Dexamples=enabled -Dtests=disabled -Dbench=false)
+  grep -q "option('tools'" "$src/meson_options.txt" && opts+=(-Dtools=disabled)
+  meson setup "$build" "$src" "${opts[@]}" >/dev/null || { echo "FAIL: meson setup $build"; exit 1; }
+else
+  meson configure "$build" -Dexamples=enabled >/dev/null || { echo "FAIL: meson configure"; exit 1; }
+fi
+ninja -C "$build" examples/custream-example-runtime-stream examples/custream-example-nvrtc-jit \
+  examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
+
+# The real driver, not custream's emulator.
+unset CUSTREAM_LIBCUDA
+passed=0 failed=0 skipped=0
+run() {  # name, command…
+  local name=$1 rc=0; shift
+  echo "== $name"
+  "$@" 2>&1 | sed 's/^/   /'
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) echo "PASS: $name"; passed=$((passed + 1)) ;;
+    77) echo "SKIP: $name (a prerequisite is missing: see above)"; skipped=$((skipped + 1)) ;;
+    *) echo "FAIL: $name (exit $rc)"; failed=$((failed + 1)) ;;
+  esac
+}
+run "example 1: runtime-API stream wrapped, captured, replayed" \
+  "$build/examples/custream-example-runtime-stream"
+run "example 2: NVRTC JIT kernel loaded, launched, captured" \
+  "$build/examples/custream-example-nvrtc-jit"
+run "example 3: Python embedding with CuPy and PyTorch streams" \
+  "$python" "$src/examples/python_embed/run.py" --lib "$build/examples/libcustream_embed.so"
+echo "run_gpu: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "$skipped" -eq 0 ]
