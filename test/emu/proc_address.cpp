@@ -110,19 +110,22 @@ CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint
   const cuuint64_t known =
       CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
+  // cuda.h: a version above the driver's is invalid; an unknown symbol or a too-low version
+  // answers CUDA_SUCCESS with *pfn NULL and the reason in *status (seen on the H200).
+  if (version > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   const Table& t = table();
   auto it = t.find(symbol);
   if (it == t.end()) {
     if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
   }
   const Entry* best = nullptr;
   for (const Entry& e : it->second)
     if (e.version <= version && (!best || e.version > best->version)) best = &e;
   if (!best) {
     if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-    return CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
   }
   *pfn = best->fn;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
