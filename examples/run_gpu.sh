@@ -39,8 +39,12 @@ run() {  # name, command…
 }
 run "example 1: runtime-API stream wrapped, captured, replayed" \
   "$build/examples/custream-example-runtime-stream"
+# libnvrtc opens libnvrtc-builtins by name: give it the toolkit's directory (this command only).
+nvrtc_env=()
+[ -d /usr/local/cuda/lib64 ] &&
+  nvrtc_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64")
 run "example 2: NVRTC JIT kernel loaded, launched, captured" \
-  "$build/examples/custream-example-nvrtc-jit"
+  "${nvrtc_env[@]}" "$build/examples/custream-example-nvrtc-jit"
 run "example 3: Python embedding with CuPy and PyTorch streams" \
   "$python" "$src/examples/python_embed/run.py" --lib "$build/examples/libcustream_embed.so"
 echo "run_gpu: $passed passed, $failed failed, $skipped skipped"
