@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace custream_bench {
@@ -34,6 +35,17 @@ struct Target {
 
 /// One benchmark: an operation done raw and through custream.
 struct Case {
+  Case(std::string name_, Body raw_, Body ours_, Target target_ = {}, int iterations_ = 256,
+       int pairs_ = 25, std::function<void()> between_ = {}, std::string raw_label_ = {})
+      : name(std::move(name_)),
+        raw(std::move(raw_)),
+        ours(std::move(ours_)),
+        target(std::move(target_)),
+        iterations(iterations_),
+        pairs(pairs_),
+        between(std::move(between_)),
+        raw_label(std::move(raw_label_)) {}
+
   std::string name;
   Body raw;
   Body ours;
@@ -42,6 +54,8 @@ struct Case {
   int pairs = 25;            ///< A B B A pairs (≥ 21)
   std::function<void()> between;  ///< untimed, after each batch (e.g. synchronize)
   std::string raw_label;     ///< what the raw variant does
+  std::string skip;          ///< non-empty: not run, and this says why (e.g. no kernels)
+  std::function<std::string()> note;  ///< untimed, after the measurement: extra figures
 };
 
 /// A finished measurement.
@@ -49,6 +63,8 @@ struct Result {
   std::string name, raw_label, target;
   double raw_ns = 0, ours_ns = 0;
   bool pass = false;
+  std::string skipped;  ///< why it was not run (empty when it ran)
+  std::string note;     ///< extra figures (e.g. first vs repeat launch)
 };
 
 /// Times one batch of `body`: mean nanoseconds per iteration.
@@ -67,8 +83,12 @@ inline double median(std::vector<double> v) {
 }
 
 /// Warms up, then measures raw and custream interleaved A B B A.
-inline Result run(const Case& c) {
-  for (int i = 0; i < 3; ++i) {  // warm-up: caches, lazy loads, thread-locals
+inline Result run(const Case& c, int warmups = 3) {
+  if (!c.skip.empty()) {
+    Result r{c.name, c.raw_label, c.target.text(), 0, 0, true, c.skip, {}};
+    return r;
+  }
+  for (int i = 0; i < warmups; ++i) {  // warm-up: caches, lazy loads, thread-locals
     time_batch(c.raw, c.iterations, c.between);
     time_batch(c.ours, c.iterations, c.between);
   }
@@ -82,8 +102,9 @@ inline Result run(const Case& c) {
       raw.push_back(time_batch(c.raw, c.iterations, c.between));
     }
   }
-  Result r{c.name, c.raw_label, c.target.text(), median(raw), median(ours), false};
+  Result r{c.name, c.raw_label, c.target.text(), median(raw), median(ours), false, {}, {}};
   r.pass = c.target.holds(r.raw_ns, r.ours_ns);
+  if (c.note) r.note = c.note();
   return r;
 }
 
@@ -120,23 +141,9 @@ inline bool Target::holds(double raw_ns, double ours_ns) const {
   return false;
 }
 
-/// Prints the table and, when `csv` is not null, writes the numbers there.
-inline bool report(const std::vector<Result>& results, std::FILE* csv) {
-  bool all = true;
-  std::printf("\n%-44s %-40s %12s %12s %8s  %-28s %s\n", "operation", "raw driver", "raw ns",
-              "custream ns", "ratio", "target", "result");
-  for (const Result& r : results) {
-    std::printf("%-44s %-40s %12.1f %12.1f %8.3f  %-28s %s\n", r.name.c_str(),
-                r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.raw_ns > 0 ? r.ours_ns / r.raw_ns : 0,
-                r.target.c_str(), r.pass ? "pass" : "FAIL");
-    all = all && r.pass;
-    if (csv) {
-      std::fprintf(csv, "\"%s\",\"%s\",%.2f,%.2f,\"%s\",%s\n", r.name.c_str(),
-                   r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.target.c_str(),
-                   r.pass ? "pass" : "fail");
-    }
-  }
-  return all;
-}
+/// Prints the table and, when `csv` is not null, writes the numbers there (one row per case:
+/// operation,raw_driver,raw_ns,custream_ns,ratio,target,result,note). Returns true when every
+/// case that ran met its target.
+bool report(const std::vector<Result>& results, std::FILE* csv);
 
 }  // namespace custream_bench

@@ -1,6 +1,6 @@
 // SPEC §6 benchmarks for streams, events, devices and current streams: custream against the
 // raw driver call, interleaved in one process on the same handles. Run on the GPU:
-//   ./build/bench/custream-bench [--csv FILE] [--filter TEXT]
+//   ./build/tools/custream bench [--csv FILE] [--filter TEXT]
 #include <cstdio>
 #include <cstring>
 #include <string>

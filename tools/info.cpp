@@ -1,0 +1,56 @@
+// `custream info`: which driver library was loaded and from where, its version, and each device
+// (ordinal, name, compute capability, memory, whether its primary context is active).
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "custream/custream.hpp"
+#include "tool.hpp"
+
+namespace custream_tool {
+
+bool driver_is_emulator() {
+  if (!custream::driver_available()) return false;
+  void* handle = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  return handle != nullptr && dlsym(handle, "custream_emu_reset") != nullptr;
+}
+
+std::string driver_line() {
+  const custream::DriverInfo& info = custream::driver_info();
+  char version[64];
+  std::snprintf(version, sizeof version, " (version %d = CUDA %d.%d)", info.version,
+                info.version / 1000, info.version % 1000 / 10);
+  std::string line = info.library + version;
+  if (driver_is_emulator()) line += " - the CPU driver emulator, not a GPU";
+  return line;
+}
+
+int info() {
+  const custream::DriverInfo& driver = custream::driver_info();
+  const char* env = std::getenv("CUSTREAM_LIBCUDA");
+  std::printf("custream %s\n", CUSTREAM_VERSION);
+  std::printf("driver library: %s\n", driver.library.c_str());
+  std::printf("  chosen by:    %s\n",
+              env != nullptr && *env != '\0'
+                  ? ("$CUSTREAM_LIBCUDA=" + std::string(env)).c_str()
+                  : "dlopen(\"libcuda.so.1\") (the dynamic loader's search path)");
+  std::printf("  emulator:     %s\n",
+              driver_is_emulator() ? "yes (custream's CPU driver emulator; no GPU is used)" : "no");
+  std::printf("driver version: %d (CUDA %d.%d)\n", driver.version, driver.version / 1000,
+              driver.version % 1000 / 10);
+  const int count = custream::Device::count();
+  std::printf("devices:        %d\n", count);
+  for (int i = 0; i < count; ++i) {
+    custream::Device d(i);
+    const auto cc = d.compute_capability();
+    std::printf("  %d: %s, compute capability %d.%d, %.1f GiB, primary context %s\n", i,
+                d.name().c_str(), cc.major, cc.minor,
+                static_cast<double>(d.total_memory()) / (1024.0 * 1024.0 * 1024.0),
+                d.primary_context_active() ? "active" : "not active");
+  }
+  return 0;
+}
+
+}  // namespace custream_tool
