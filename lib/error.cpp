@@ -1,6 +1,7 @@
 // custream::Error, the CUresult error category, and the cold throw helpers.
 #include "custream/error.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
