@@ -24,6 +24,13 @@
 //     nothing, so destroying it cannot destroy the stream).
 //  6. The handler is a leaked, mutex-guarded std::function: no static destructor runs before
 //     a late host function reports, and installing one is thread-safe.
+//  7. Tasks of up to HostTask::kPooledBytes are recycled: any thread frees a block by pushing
+//     it on one lock-free stack (a CAS, release); an allocating thread pops from its own
+//     list and, when that is empty, takes the whole shared stack with one exchange (acquire;
+//     taking everything at once has no ABA problem). A thread's list goes back to the shared
+//     stack when the thread ends. Blocks are never returned to the OS: the pool is as large
+//     as the most tasks ever in flight at once.
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -47,6 +54,67 @@ Stream stream_view(const HostTask& task) noexcept {
   s.kind_ = static_cast<Stream::Kind>(task.kind);
   s.non_blocking_ = task.non_blocking;
   return s;  // owner_ stays null: the view never destroys the stream (invariant 5)
+}
+
+// --- The task pool (invariant 7) ---
+
+namespace {
+
+struct Block {
+  Block* next;
+};
+static_assert(sizeof(Block) <= HostTask::kPooledBytes);
+
+std::atomic<Block*> g_returned{nullptr};
+thread_local Block* t_free __attribute__((tls_model("initial-exec"))) = nullptr;
+
+void push_returned(Block* first, Block* last) noexcept {
+  Block* head = g_returned.load(std::memory_order_relaxed);
+  do {
+    last->next = head;
+  } while (!g_returned.compare_exchange_weak(head, first, std::memory_order_release,
+                                             std::memory_order_relaxed));
+}
+
+// Gives this thread's list back when the thread ends; registered on first refill.
+struct ThreadBlocks {
+  ~ThreadBlocks() {
+    if (Block* first = t_free) {
+      Block* last = first;
+      while (last->next != nullptr) last = last->next;
+      t_free = nullptr;
+      push_returned(first, last);
+    }
+  }
+};
+
+[[gnu::cold]] void* refill() {
+  static thread_local ThreadBlocks owner;  // registers the thread-exit flush
+  (void)&owner;
+  Block* list = g_returned.exchange(nullptr, std::memory_order_acquire);
+  if (list == nullptr) return ::operator new(HostTask::kPooledBytes);
+  t_free = list->next;
+  return list;
+}
+
+}  // namespace
+
+void* HostTask::operator new(std::size_t size) {
+  if (size > kPooledBytes) return ::operator new(size);
+  Block* b = t_free;
+  if (b == nullptr) return refill();
+  t_free = b->next;
+  return b;
+}
+
+void HostTask::operator delete(void* p, std::size_t size) noexcept {
+  if (p == nullptr) return;
+  if (size > kPooledBytes) {
+    ::operator delete(p);
+    return;
+  }
+  auto* b = static_cast<Block*>(p);
+  push_returned(b, b);
 }
 
 }  // namespace detail

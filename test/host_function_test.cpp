@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "custream/device_buffer.hpp"
@@ -269,4 +272,32 @@ TEST_CASE("a host function enqueue failure destroys the payload at once",
   CHECK(probe->destroyed == 1);
   custream_test::emu_reset();
   CHECK(custream_test::emu_live_objects() == live);
+}
+
+TEST_CASE("many threads enqueue host functions of every size; each runs and is freed once",
+          "[gpu][host_function][threads]") {
+  REQUIRE_DRIVER();
+  // Small callables come from the recycled task pool (freed on the driver's thread, reused by
+  // the enqueueing threads); a large one goes through operator new. ASan and TSan watch both.
+  auto probe = std::make_shared<Probe>();
+  std::atomic<long> big_runs{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Stream s(custream::Device(0), true);
+      for (int i = 0; i < 300; ++i) {
+        s.launch_host_func(Payload(probe));
+        if (i % 50 == t) {
+          std::array<char, 512> big{};
+          big[0] = 1;
+          s.launch_host_func([big, &big_runs] { big_runs += big[0]; });
+        }
+      }
+      s.synchronize();
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(probe->runs == 1200);
+  CHECK(big_runs == 24);
+  CHECK(custream_test::eventually([&] { return probe->destroyed == 1200; }));
 }

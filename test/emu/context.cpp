@@ -8,7 +8,22 @@
 namespace emu {
 namespace {
 
-thread_local std::vector<Context*> t_stack;
+// The thread's context stack. Trivially destructible on purpose: no heap block is freed at
+// thread exit, where ThreadSanitizer cannot see glibc's TLS teardown and reported races.
+struct ContextStack {
+  static constexpr int kCapacity = 64;
+  Context* items[kCapacity];
+  int size;
+  bool empty() const { return size == 0; }
+  Context*& back() { return items[size - 1]; }
+  void pop_back() { --size; }
+  bool push_back(Context* c) {
+    if (size == kCapacity) return false;
+    items[size++] = c;
+    return true;
+  }
+};
+thread_local ContextStack t_stack;  // zero-initialised
 
 constexpr size_t kTotalMem = size_t{150} * 1024 * 1024 * 1024;  // ~H200 (141 GiB usable)
 
@@ -271,7 +286,7 @@ CUresult ctx_set_current(CUcontext ctx) {
   if (!c) {
     if (!t_stack.empty()) t_stack.pop_back();
   } else if (t_stack.empty()) {
-    t_stack.push_back(c);
+    (void)t_stack.push_back(c);  // an empty stack has room
   } else {
     t_stack.back() = c;
   }
@@ -282,7 +297,7 @@ CUresult ctx_push_current(CUcontext ctx) {
   EMU_ENTER("cuCtxPushCurrent");
   auto* c = reinterpret_cast<Context*>(ctx);
   if (!c || !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
-  t_stack.push_back(c);
+  if (!t_stack.push_back(c)) return CUDA_ERROR_OUT_OF_MEMORY;  // 64 contexts deep
   return CUDA_SUCCESS;
 }
 
