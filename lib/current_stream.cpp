@@ -14,12 +14,16 @@ namespace custream {
 namespace detail {
 
 thread_local Stream* t_current_streams __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local int t_current_count __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 // Frees this thread's array when the thread ends (dropping its references).
 struct CurrentStreamsOwner {
   std::unique_ptr<Stream[]> slots;
-  ~CurrentStreamsOwner() { t_current_streams = nullptr; }
+  ~CurrentStreamsOwner() {
+    t_current_count = 0;
+    t_current_streams = nullptr;
+  }
 };
 thread_local CurrentStreamsOwner t_owner;
 
@@ -38,6 +42,7 @@ Stream* init_current_streams() {
   const Stream initial = default_stream();
   for (int i = 0; i < l.device_count; ++i) slots[i] = initial;
   t_owner.slots = std::move(slots);
+  t_current_count = l.device_count;
   return t_current_streams = t_owner.slots.get();
 }
 
@@ -45,7 +50,7 @@ Stream current_stream_slow(int device_id) {
   const Loaded& l = loaded();
   if (device_id == -1) return current_slot(current_device_ordinal(l));
   (void)Device(device_id);  // throws the out-of-range error
-  return current_slot(device_id);
+  return current_slot(device_id);  // a valid ordinal on this thread's first use
 }
 
 }  // namespace detail

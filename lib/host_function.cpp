@@ -8,9 +8,10 @@
 //     trampoline (not capturing: it runs the callable once, then frees it), or a CUDA user
 //     object held by the capture graph (capturing: freed by the user-object destructor once
 //     the graph and every executable made from it are gone).
-//  2. One capture check, cuStreamGetCaptureInfo, gives both the status and the capture
-//     graph; it is capture-safe, and it sees captures begun by any code (also a stream
-//     joined into another stream's capture through an event: same graph).
+//  2. One capture check per enqueue, cuStreamIsCapturing (capture-safe, the cheapest), and
+//     only while capturing cuStreamGetCaptureInfo for the capture graph; both see captures
+//     begun by any code (also a stream joined into another stream's capture through an
+//     event: same graph).
 //  3. Capturing, every fallible step (cuUserObjectCreate, cuGraphRetainUserObject with
 //     CU_GRAPH_USER_OBJECT_MOVE) precedes cuLaunchHostFunc, and nothing fallible follows it.
 //     When cuLaunchHostFunc fails, the graph already owns the payload and frees it with
@@ -225,18 +226,22 @@ void launch_captured(const detail::DriverApi& api, const Stream& s, TaskPtr task
   }
 }
 
-// Queries the capture state of `s` (invariant 2). For a special handle with no current
-// context, makes the current device's primary context current in `scope` (kept for the
-// enqueueing call that follows) and asks again. Throws on failure.
+// Queries the capture state of `s` (invariant 2): cuStreamIsCapturing first, the cheapest
+// capture-safe query, and cuStreamGetCaptureInfo for the graph only while capturing. For a
+// special handle with no current context, makes the current device's primary context current
+// in `scope` (kept for the enqueueing call that follows) and asks again. Throws on failure.
 CUstreamCaptureStatus capture_state(const detail::DriverApi& api, const Stream& s,
                                     std::optional<ContextScope>& scope, CUgraph* graph) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
+  CUresult r = api.cuStreamIsCapturing(s.handle(), &status);
   if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {
     const detail::Loaded& l = detail::loaded();
     scope.emplace(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
+    r = api.cuStreamIsCapturing(s.handle(), &status);
   }
+  if (r != CUDA_SUCCESS) fail(r, "cuStreamIsCapturing", s);
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return status;
+  r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
   if (r != CUDA_SUCCESS) fail(r, "cuStreamGetCaptureInfo", s);
   return status;
 }
@@ -284,16 +289,14 @@ void Stream::add_callback_task(detail::HostTask* raw) const {
   enqueue(*this, std::move(task), TaskKind::callback);
 }
 
-void Stream::launch_host_func(CUhostFn fn, void* arg) const {
-  // One driver call: nothing of custream's to keep alive, the caller owns `arg`.
-  const detail::DriverApi& api = detail::api();
-  CUresult r = api.cuLaunchHostFunc(handle_, fn, arg);
+void Stream::host_func_failed(CUresult r, CUhostFn fn, void* arg) const {
   if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
     const detail::Loaded& l = detail::loaded();
     ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = api.cuLaunchHostFunc(handle_, fn, arg);
+    r = l.api.cuLaunchHostFunc(handle_, fn, arg);
+    if (r == CUDA_SUCCESS) return;
   }
-  if (r != CUDA_SUCCESS) fail(r, "cuLaunchHostFunc");
+  fail(r, "cuLaunchHostFunc");
 }
 
 void Stream::add_callback(CUstreamCallback fn, void* arg) const {

@@ -249,7 +249,7 @@ TEST_CASE("a host function enqueue failure destroys the payload at once",
   REQUIRE_EMULATOR();
   Stream s(true);
   const long live = custream_test::emu_live_objects();
-  for (const char* call : {"cuLaunchHostFunc", "cuStreamGetCaptureInfo"}) {
+  for (const char* call : {"cuLaunchHostFunc", "cuStreamIsCapturing"}) {
     auto probe = std::make_shared<Probe>();
     custream_test::emu_fail_call(call, 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
     try {

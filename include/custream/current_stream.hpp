@@ -13,9 +13,9 @@ namespace custream {
 /// For an explicit device it is a thread-local array read, no driver call.
 /// @throws Error (CUDA_ERROR_INVALID_DEVICE) for an ordinal out of range.
 inline Stream current_stream(int device_id = -1) {
-  const detail::Loaded& l = detail::loaded();
-  if (static_cast<unsigned>(device_id) < static_cast<unsigned>(l.device_count)) {
-    return detail::current_slot(device_id);
+  // Two thread-local loads once this thread has its array (which implies a loaded driver).
+  if (static_cast<unsigned>(device_id) < static_cast<unsigned>(detail::t_current_count)) {
+    return detail::t_current_streams[device_id];
   }
   return detail::current_stream_slow(device_id);
 }

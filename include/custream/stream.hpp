@@ -221,7 +221,10 @@ class Stream {
   /// capturing it becomes a host node that runs on every replay: `arg` must then stay
   /// valid as long as the graph and its executables (the caller owns it).
   /// @throws Error on a driver failure.
-  void launch_host_func(CUhostFn fn, void* arg) const;
+  void launch_host_func(CUhostFn fn, void* arg) const {
+    const CUresult r = detail::api().cuLaunchHostFunc(handle_, fn, arg);
+    if (r != CUDA_SUCCESS) host_func_failed(r, fn, arg);
+  }
 
   /// Enqueues `f(stream, status)` in stream order (cuStreamAddCallback); `stream` is a
   /// non-owning view of this stream (copying it does not keep the stream alive) and
@@ -275,6 +278,8 @@ class Stream {
   void launch_host_task(detail::HostTask* task) const;
   /// Enqueues `task` as a callback (or a host node while capturing); owns it likewise.
   void add_callback_task(detail::HostTask* task) const;
+  /// Slow path of launch_host_func(fn, arg): the special-handle retry, or the error.
+  [[gnu::cold]] void host_func_failed(CUresult r, CUhostFn fn, void* arg) const;
   /// Fills `task`'s non-owning view of this stream.
   void describe(detail::HostTask& task) const noexcept;
 

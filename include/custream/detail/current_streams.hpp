@@ -9,6 +9,8 @@ namespace custream::detail {
 /// This thread's current streams, one per device; null until first use. Initial-exec TLS: a
 /// direct %fs-relative load, no __tls_get_addr call, also from a shared libcustream.
 extern thread_local Stream* t_current_streams __attribute__((tls_model("initial-exec")));
+/// The number of slots in t_current_streams (the device count; 0 until first use).
+extern thread_local int t_current_count __attribute__((tls_model("initial-exec")));
 
 /// Allocates this thread's array (slow path of current_slot).
 [[gnu::cold]] Stream* init_current_streams();
