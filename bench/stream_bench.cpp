@@ -42,7 +42,11 @@ void add_stream_cases(std::vector<Case>& cases) {
                    [](int n) {
                      for (int i = 0; i < n; ++i) stream.record(event);
                    },
-                   {}, 256, 25, sync, "cuEventRecord"});
+                   {},
+                   256,
+                   25,
+                   sync,
+                   "cuEventRecord"});
   cases.push_back({"wait_event",
                    [&api, s, e](int n) {
                      for (int i = 0; i < n; ++i) api.cuStreamWaitEvent(s, e, 0);
@@ -50,7 +54,11 @@ void add_stream_cases(std::vector<Case>& cases) {
                    [](int n) {
                      for (int i = 0; i < n; ++i) stream.wait_event(event);
                    },
-                   {}, 256, 25, sync, "cuStreamWaitEvent"});
+                   {},
+                   256,
+                   25,
+                   sync,
+                   "cuStreamWaitEvent"});
   cases.push_back({"done (idle stream)",
                    [&api, s](int n) {
                      long k = 0;
@@ -62,7 +70,11 @@ void add_stream_cases(std::vector<Case>& cases) {
                      for (int i = 0; i < n; ++i) k += stream.done();
                      g_sink = k;
                    },
-                   {}, 256, 25, nullptr, "cuStreamQuery"});
+                   {},
+                   256,
+                   25,
+                   nullptr,
+                   "cuStreamQuery"});
   cases.push_back({"synchronize (idle stream)",
                    [&api, s](int n) {
                      for (int i = 0; i < n; ++i) api.cuStreamSynchronize(s);
@@ -70,7 +82,11 @@ void add_stream_cases(std::vector<Case>& cases) {
                    [](int n) {
                      for (int i = 0; i < n; ++i) stream.synchronize();
                    },
-                   {}, 256, 25, nullptr, "cuStreamSynchronize"});
+                   {},
+                   256,
+                   25,
+                   nullptr,
+                   "cuStreamSynchronize"});
 
   // Wrapping a foreign stream with device inference.
   static CUstream foreign = [&] {
@@ -79,60 +95,62 @@ void add_stream_cases(std::vector<Case>& cases) {
     return h;
   }();
   const bool has_v2 = api.cuStreamGetCtx_v2 != nullptr && api.cuCtxGetDevice_v2 != nullptr;
-  cases.push_back(
-      {"wrap foreign stream (infer device)",
-       [&api, has_v2](int n) {
-         long k = 0;
-         for (int i = 0; i < n; ++i) {
-           CUcontext c = nullptr;
-           CUdevice d = 0;
-           if (has_v2) {
-             CUgreenCtx g = nullptr;
-             api.cuStreamGetCtx_v2(foreign, &c, &g);
-             api.cuCtxGetDevice_v2(&d, c);
-           } else {
-             api.cuStreamGetCtx(foreign, &c);
-             api.cuCtxGetDevice(&d);
-           }
-           k += d;
-         }
-         g_sink = k;
-       },
-       [](int n) {
-         long k = 0;
-         for (int i = 0; i < n; ++i) k += custream::ExternalStream(foreign).device_id();
-         g_sink = k;
-       },
-       {Target::Kind::raw_plus_abs, 10, 0}, 256, 25, nullptr,
-       "cuStreamGetCtx_v2 + cuCtxGetDevice_v2"});
-
-  cases.push_back({"current device",
-                   [&api](int n) {
+  cases.push_back({"wrap foreign stream (infer device)",
+                   [&api, has_v2](int n) {
                      long k = 0;
                      for (int i = 0; i < n; ++i) {
                        CUcontext c = nullptr;
-                       api.cuCtxGetCurrent(&c);
-                       k += c != nullptr;
+                       CUdevice d = 0;
+                       if (has_v2) {
+                         CUgreenCtx g = nullptr;
+                         api.cuStreamGetCtx_v2(foreign, &c, &g);
+                         api.cuCtxGetDevice_v2(&d, c);
+                       } else {
+                         api.cuStreamGetCtx(foreign, &c);
+                         api.cuCtxGetDevice(&d);
+                       }
+                       k += d;
                      }
                      g_sink = k;
                    },
                    [](int n) {
                      long k = 0;
+                     for (int i = 0; i < n; ++i) k += custream::ExternalStream(foreign).device_id();
+                     g_sink = k;
+                   },
+                   {Target::Kind::raw_plus_abs, 10, 0},
+                   256,
+                   25,
+                   nullptr,
+                   "cuStreamGetCtx_v2 + cuCtxGetDevice_v2"});
+
+  // cuCtxGetCurrent: the raw side of "current device", and the reference of the rows that
+  // have no raw equivalent.
+  const Body ctx_get_current = [&api](int n) {
+    long k = 0;
+    for (int i = 0; i < n; ++i) {
+      CUcontext c = nullptr;
+      api.cuCtxGetCurrent(&c);
+      k += c != nullptr;
+    }
+    g_sink = k;
+  };
+
+  cases.push_back({"current device",
+                   ctx_get_current,
+                   [](int n) {
+                     long k = 0;
                      for (int i = 0; i < n; ++i) k += custream::Device::current().ordinal();
                      g_sink = k;
                    },
-                   {Target::Kind::raw_plus_abs, 3, 0}, 256, 25, nullptr, "cuCtxGetCurrent"});
+                   {Target::Kind::raw_plus_abs, 3, 0},
+                   256,
+                   25,
+                   nullptr,
+                   "cuCtxGetCurrent"});
 
   cases.push_back({"current stream of an explicit device",
-                   [&api](int n) {
-                     long k = 0;
-                     for (int i = 0; i < n; ++i) {
-                       CUcontext c = nullptr;
-                       api.cuCtxGetCurrent(&c);
-                       k += c != nullptr;
-                     }
-                     g_sink = k;
-                   },
+                   ctx_get_current,
                    [](int n) {
                      long k = 0;
                      for (int i = 0; i < n; ++i) {
@@ -140,7 +158,10 @@ void add_stream_cases(std::vector<Case>& cases) {
                      }
                      g_sink = k;
                    },
-                   {Target::Kind::absolute, 3, 0}, 256, 25, nullptr,
+                   {Target::Kind::absolute, 3, 0},
+                   256,
+                   25,
+                   nullptr,
                    "cuCtxGetCurrent (reference)"});
 
   const CUdevice dev = device.handle();
@@ -162,25 +183,23 @@ void add_stream_cases(std::vector<Case>& cases) {
                      }
                      g_sink = k;
                    },
-                   {Target::Kind::absolute, 3, 0}, 256, 25, nullptr,
+                   {Target::Kind::absolute, 3, 0},
+                   256,
+                   25,
+                   nullptr,
                    "cuDevicePrimaryCtxRetain + Release"});
 
   cases.push_back({"stream scope enter + exit",
-                   [&api](int n) {
-                     long k = 0;
-                     for (int i = 0; i < n; ++i) {
-                       CUcontext c = nullptr;
-                       api.cuCtxGetCurrent(&c);
-                       k += c != nullptr;
-                     }
-                     g_sink = k;
-                   },
+                   ctx_get_current,
                    [](int n) {
                      for (int i = 0; i < n; ++i) {
                        custream::StreamScope scope(stream);
                      }
                    },
-                   {Target::Kind::absolute, 25, 0}, 256, 25, nullptr,
+                   {Target::Kind::absolute, 25, 0},
+                   256,
+                   25,
+                   nullptr,
                    "cuCtxGetCurrent (reference)"});
 }
 
