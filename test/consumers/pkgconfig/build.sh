@@ -3,5 +3,5 @@
 # <prefix>/<libdir>/pkgconfig). Usage: build.sh <output-binary>
 set -eu
 here=$(dirname "$0")
-${CXX:-c++} -std=c++17 -o "$1" "$here/main.cpp" $(pkg-config --cflags --libs custream) \
+${CXX:-c++} -std=c++17 -o "$1" "$here/../consumer.cpp" $(pkg-config --cflags --libs custream) \
   -Wl,-rpath,"$(pkg-config --variable=libdir custream)"

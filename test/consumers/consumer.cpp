@@ -1,16 +1,21 @@
-// A program that uses an installed custream (CMake find_package): creates a stream, wraps its handle
-// as a foreign stream (device inferred), captures a memset and a host function into a graph,
-// replays it and checks the result. Prints "consumer (CMake find_package): OK".
-#include <custream/capture_scope.hpp>
-#include <custream/custream.hpp>
-#include <custream/graph.hpp>
-
+// The program every consumer builds (pkg-config, CMake package, Meson subproject): creates a
+// stream, wraps its handle as a foreign stream (device inferred), captures a memset and a
+// host function into a graph, replays it and checks the result. Prints
+// "consumer (<argv[1]>): OK"; argv[1] names the way custream was pulled in.
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <custream/capture_scope.hpp>
+#include <custream/custream.hpp>
+#include <custream/graph.hpp>
 #include <vector>
 
-int main() try {
+namespace {
+const char* how = "?";
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc > 1) how = argv[1];
   std::printf("driver %d from %s\n", custream::driver_info().version,
               custream::driver_info().library.c_str());
   custream::Stream owner(custream::Device(0), /*non_blocking=*/true);
@@ -29,18 +34,18 @@ int main() try {
   stream.synchronize();
   for (std::uint32_t v : host) {
     if (v != 0xC0FFEE) {
-      std::printf("consumer (CMake find_package): FAILED: wrong value %x\n", v);
+      std::printf("consumer (%s): FAILED: wrong value %x\n", how, v);
       return 1;
     }
   }
   if (calls != 3 || stream.device_id() != 0) {
-    std::printf("consumer (CMake find_package): FAILED: %d host calls, device %d\n", calls.load(),
+    std::printf("consumer (%s): FAILED: %d host calls, device %d\n", how, calls.load(),
                 stream.device_id());
     return 1;
   }
-  std::printf("consumer (CMake find_package): OK (%s)\n", stream.to_string().c_str());
+  std::printf("consumer (%s): OK (%s)\n", how, stream.to_string().c_str());
   return 0;
 } catch (const custream::Error& e) {
-  std::printf("consumer (CMake find_package): FAILED: %s\n", e.what());
+  std::printf("consumer (%s): FAILED: %s\n", how, e.what());
   return 1;
 }
