@@ -24,17 +24,10 @@
 namespace custream {
 namespace {
 
-// Runs `call` (returning CUresult); for a special handle with no current context, once more
-// with the current device's primary context current (kept in `scope`).
+// Runs `call` (returning CUresult) with the special-handle retry (kept in `scope`).
 template <typename Call>
 CUresult with_context(const Stream& s, std::optional<ContextScope>& scope, Call call) {
-  CUresult r = call();
-  if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    scope.emplace(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = call();
-  }
-  return r;
+  return detail::retry_on_current_device(call(), s.is_special(), scope, call);
 }
 
 // Status and id of `s`'s capture (invariant 1). @throws Error only when there is no driver

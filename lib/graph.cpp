@@ -183,13 +183,8 @@ std::string flags_text(InstantiateFlags flags) {
 // device's primary context current (invariant 3).
 template <typename Call>
 CUresult with_context(const Stream& s, Call call) {
-  CUresult r = call();
-  if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = call();
-  }
-  return r;
+  std::optional<ContextScope> scope;
+  return detail::retry_on_current_device(call(), s.is_special(), scope, call);
 }
 
 // This thread's current stream of the current device.
@@ -217,7 +212,7 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, const Strea
   CUcontext context = stream.context();  // invariant 3
   if (context == nullptr) {
     detail::check(l.api.cuCtxGetCurrent(&context), "cuCtxGetCurrent");
-    if (context == nullptr) context = detail::primary_context(l, detail::current_device_ordinal(l));
+    if (context == nullptr) context = detail::current_primary_context();
   }
   ContextScope scope(context);
   CUDA_GRAPH_INSTANTIATE_PARAMS params{};

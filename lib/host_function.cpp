@@ -233,12 +233,8 @@ void launch_captured(const detail::DriverApi& api, const Stream& s, TaskPtr task
 CUstreamCaptureStatus capture_state(const detail::DriverApi& api, const Stream& s,
                                     std::optional<ContextScope>& scope, CUgraph* graph) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = api.cuStreamIsCapturing(s.handle(), &status);
-  if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    scope.emplace(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = api.cuStreamIsCapturing(s.handle(), &status);
-  }
+  auto is_capturing = [&] { return api.cuStreamIsCapturing(s.handle(), &status); };
+  CUresult r = detail::retry_on_current_device(is_capturing(), s.is_special(), scope, is_capturing);
   if (r != CUDA_SUCCESS) fail(r, "cuStreamIsCapturing", s);
   if (status == CU_STREAM_CAPTURE_STATUS_NONE) return status;
   r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
@@ -289,14 +285,11 @@ void Stream::add_callback_task(detail::HostTask* raw) const {
   enqueue(*this, std::move(task), TaskKind::callback);
 }
 
-void Stream::host_func_failed(CUresult r, CUhostFn fn, void* arg) const {
-  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = l.api.cuLaunchHostFunc(handle_, fn, arg);
-    if (r == CUDA_SUCCESS) return;
-  }
-  fail(r, "cuLaunchHostFunc");
+void Stream::host_func_failed(CUresult first, CUhostFn fn, void* arg) const {
+  std::optional<ContextScope> scope;
+  const CUresult r = detail::retry_on_current_device(
+      first, is_special(), scope, [&] { return detail::api().cuLaunchHostFunc(handle_, fn, arg); });
+  if (r != CUDA_SUCCESS) fail(r, "cuLaunchHostFunc");
 }
 
 void Stream::add_callback(CUstreamCallback fn, void* arg) const {

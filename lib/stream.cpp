@@ -83,13 +83,8 @@ Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
 
 template <typename Call>
 CUresult Stream::on_stream(Call call) const {
-  CUresult r = call();
-  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = call();
-  }
-  return r;
+  std::optional<ContextScope> scope;
+  return detail::retry_on_current_device(call(), is_special(), scope, call);
 }
 
 CUresult Stream::retry_or_fail(CUresult first, Op op, CUevent event) const {
@@ -108,12 +103,8 @@ CUresult Stream::retry_or_fail(CUresult first, Op op, CUevent event) const {
     }
     return api.cuStreamWaitEvent(h, event, 0);
   };
-  CUresult r = first;
-  if (r == CUDA_ERROR_INVALID_CONTEXT && is_special()) {
-    const detail::Loaded& l = detail::loaded();
-    ContextScope scope(detail::primary_context(l, detail::current_device_ordinal(l)));
-    r = call();
-  }
+  std::optional<ContextScope> scope;
+  const CUresult r = detail::retry_on_current_device(first, is_special(), scope, call);
   if (r == CUDA_SUCCESS || (r == CUDA_ERROR_NOT_READY && op == Op::query)) return r;
   constexpr const char* kNames[] = {"cuStreamSynchronize", "cuStreamQuery", "cuEventRecord",
                                     "cuStreamWaitEvent"};
