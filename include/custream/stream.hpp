@@ -209,7 +209,8 @@ class Stream {
   /// would call the driver). An exception escaping `f` is caught on the driver thread and
   /// handed to the host-function error handler (host_function_error_handler.hpp).
   ///
-  /// Costs one capture check (cuStreamGetCaptureInfo) and one cuLaunchHostFunc.
+  /// Costs one capture check (cuStreamIsCapturing; cuStreamGetCaptureInfo for the graph only
+  /// while capturing) and one cuLaunchHostFunc.
   /// @throws Error when a driver call fails (naming it and this stream; on an invalidated
   /// capture CUDA_ERROR_STREAM_CAPTURE_INVALIDATED without calling cuLaunchHostFunc). `f`
   /// is destroyed then, and nothing stays enqueued.
