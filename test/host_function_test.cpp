@@ -174,6 +174,30 @@ TEST_CASE("host functions on the null and per-thread streams", "[gpu][host_funct
   }
 }
 
+TEST_CASE("host functions on special handles with no current context use device 0's",
+          "[gpu][host_function]") {
+  REQUIRE_DRIVER();
+  std::thread([] {  // a fresh thread has no current context
+    for (Stream s : {Stream::null(), Stream::per_thread(), Stream::legacy()}) {
+      auto probe = std::make_shared<Probe>();
+      RawContext raw;
+      s.launch_host_func(Payload(probe));     // capture check fails first: retried
+      s.launch_host_func(raw_host_fn, &raw);  // the launch fails first: retried
+      s.add_callback([p = Payload(probe)](Stream, CUresult) mutable { p(); });
+      CUcontext current = reinterpret_cast<CUcontext>(1);
+      REQUIRE(custream::detail::api().cuCtxGetCurrent(&current) == CUDA_SUCCESS);
+      CHECK(current == nullptr);  // the retry's context was not left current
+      custream::Device(0).make_current();
+      s.synchronize();
+      CHECK(probe->runs == 2);
+      CHECK(raw.order == std::vector<int>{1});
+      CHECK(custream_test::eventually([&] { return probe->destroyed == 2; }));
+      REQUIRE(custream::detail::api().cuCtxSetCurrent(nullptr) == CUDA_SUCCESS);
+    }
+  })
+      .join();
+}
+
 TEST_CASE("callbacks and host functions on a wrapped stream run in order",
           "[gpu][host_function][external]") {
   REQUIRE_DRIVER();

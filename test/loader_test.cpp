@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "custream/device.hpp"
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
+#include "custream/stream.hpp"
 #include "driver.hpp"
 
 namespace {
@@ -35,6 +37,25 @@ std::string expect_load_failure(CUresult expected) {
   }
   CHECK_THROWS_AS(custream::Device(0), custream::Error);
   CHECK_THROWS_AS(custream::driver_info(), custream::Error);
+  // A host function's payload is destroyed when its enqueue throws (nothing to enqueue on).
+  auto destroyed = std::make_shared<int>(0);
+  struct Counted {
+    std::shared_ptr<int> count;
+    Counted(std::shared_ptr<int> c) : count(std::move(c)) {}
+    Counted(Counted&& other) noexcept = default;
+    ~Counted() {
+      if (count) ++*count;
+    }
+    void operator()() const {}
+  };
+  try {
+    custream::Stream().launch_host_func(Counted(destroyed));
+    FAIL("launch_host_func did not throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == expected);
+    CHECK(first == e.what());
+  }
+  CHECK(*destroyed == 1);  // the moved-from temporary holds no count
   return first;
 }
 

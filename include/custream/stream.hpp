@@ -276,13 +276,41 @@ class Stream {
  private:
   friend Stream detail::stream_view(const detail::HostTask& task) noexcept;
   /// Enqueues `task` as a host function; owns it from the call on (destroys it on failure).
-  void launch_host_task(detail::HostTask* task) const;
+  /// Inline fast path (lib/host_function.cpp, invariant 2): one capture check and the
+  /// launch; capturing, failures and a driver not loaded yet go to the cold paths.
+  void launch_host_task(detail::HostTask* task) const {
+    describe(*task);
+    const detail::Loaded* l = detail::g_loaded.load(std::memory_order_acquire);
+    if (l == nullptr) return enqueue_host_task(task);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult capturing = l->api.cuStreamIsCapturing(handle_, &status);
+    CUresult launched = CUDA_SUCCESS;
+    if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
+      launched = l->api.cuLaunchHostFunc(handle_, &detail::run_host_task_once, task);
+      if (launched == CUDA_SUCCESS) return;  // the trampoline frees it after running it
+    }
+    host_task_not_launched(task, capturing, status, launched);
+  }
+  /// launch_host_task before the driver is loaded: loads it (or throws), then enqueues.
+  /// Owns `task`.
+  [[gnu::cold]] void enqueue_host_task(detail::HostTask* task) const;
+  /// Where launch_host_task's fast path stopped: the capture check failed (`capturing`) or
+  /// found a capture (`status`), or the launch failed (`launched`). Captures `task`, retries
+  /// a special handle with the current device's context, or throws. Owns `task`.
+  [[gnu::cold]] void host_task_not_launched(detail::HostTask* task, CUresult capturing,
+                                            CUstreamCaptureStatus status, CUresult launched) const;
   /// Enqueues `task` as a callback (or a host node while capturing); owns it likewise.
   void add_callback_task(detail::HostTask* task) const;
   /// Slow path of launch_host_func(fn, arg): the special-handle retry, or the error.
   [[gnu::cold]] void host_func_failed(CUresult r, CUhostFn fn, void* arg) const;
   /// Fills `task`'s non-owning view of this stream.
-  void describe(detail::HostTask& task) const noexcept;
+  void describe(detail::HostTask& task) const noexcept {
+    task.stream = handle_;
+    task.context = context_;
+    task.device = device_;
+    task.kind = static_cast<unsigned char>(kind_);
+    task.non_blocking = non_blocking_;
+  }
 
  public:
   /// "<Stream 0x7f… (device 0)>" (created, or null/legacy/per_thread()) or

@@ -16,6 +16,16 @@ class Stream;
 
 namespace detail {
 
+/// A free block of the host-task pool (lib/host_function.cpp, invariants 7 and 8).
+struct PoolBlock {
+  PoolBlock* next;
+};
+/// This thread's free blocks. Initial-exec TLS: a direct %fs-relative load.
+extern thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec")));
+/// Refills this thread's list (from the blocks other threads freed, or a new slab) and
+/// returns one block. @throws std::bad_alloc.
+[[gnu::cold]] void* pool_refill();
+
 /// A host function or callback moved to the heap before the committing driver call.
 /// Type-erased with two function pointers: one allocation, no virtual table, no driver call
 /// on destruction (custream's part; the callable's own destructor is the caller's business).
@@ -34,8 +44,15 @@ struct HostTask {
   /// function is allocated by the enqueueing thread and freed by the driver's thread, and
   /// malloc's arenas turned that hand-over into ~1 µs of contention per enqueue on the H200.
   static constexpr std::size_t kPooledBytes = 128;
-  /// Pooled allocation (falls back to ::operator new above kPooledBytes).
-  static void* operator new(std::size_t size);
+  /// Pooled allocation (falls back to ::operator new above kPooledBytes): pops this
+  /// thread's list, inline.
+  static void* operator new(std::size_t size) {
+    if (size > kPooledBytes) return ::operator new(size);
+    PoolBlock* block = t_pool_free;
+    if (block == nullptr) return pool_refill();
+    t_pool_free = block->next;
+    return block;
+  }
   /// Returns a block to the pool (::operator delete above kPooledBytes).
   static void operator delete(void* p, std::size_t size) noexcept;
   /// Over-aligned callables bypass the pool.
@@ -97,6 +114,9 @@ template <typename F, typename S>
 using enable_if_stream_callback =
     std::enable_if_t<std::is_invocable_v<std::decay_t<F>&, const S&, CUresult> &&
                      std::is_constructible_v<std::decay_t<F>, F&&>>;
+
+/// The run-once trampoline (cuLaunchHostFunc, not capturing): runs the task, then frees it.
+void CUDA_CB run_host_task_once(void* task);
 
 /// A non-owning Stream for `task`'s stream (defined in lib/host_function.cpp; a friend of
 /// Stream).
