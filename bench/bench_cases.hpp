@@ -23,6 +23,7 @@ struct SuiteOptions {
   std::string filter;  ///< run only cases whose name contains this (empty: all)
   bool quick = false;  ///< smoke run: few pairs, targets shown but not enforced
   bool list = false;   ///< print the case names and targets, run nothing
+  int pairs = 0;       ///< A B B A pairs for every case (0: each case's own count)
 };
 
 /// Runs the suite on device 0: a progress line per case on stderr, then the table on stdout

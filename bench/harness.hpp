@@ -22,10 +22,10 @@ using Body = std::function<void(int iterations)>;
 /// How a case's result is judged.
 struct Target {
   enum class Kind {
-    raw_plus,       ///< custream ≤ raw + max(abs_ns, rel × raw)
-    raw_plus_abs,   ///< custream ≤ raw + abs_ns
-    absolute,       ///< custream ≤ abs_ns (and below raw when raw is given)
-    ratio,          ///< custream ≤ rel × raw
+    raw_plus,      ///< custream ≤ raw + max(abs_ns, rel × raw)
+    raw_plus_abs,  ///< custream ≤ raw + abs_ns
+    absolute,      ///< custream ≤ abs_ns (and below raw when raw is given)
+    ratio,         ///< custream ≤ rel × raw
   } kind = Kind::raw_plus;
   double abs_ns = 2;
   double rel = 0.01;
@@ -50,18 +50,23 @@ struct Case {
   Body raw;
   Body ours;
   Target target;
-  int iterations = 256;      ///< per batch (≤ 256 for enqueueing operations)
-  int pairs = 25;            ///< A B B A pairs (≥ 21)
+  int iterations = 256;           ///< per batch (≤ 256 for enqueueing operations)
+  int pairs = 25;                 ///< A B B A pairs (≥ 21)
   std::function<void()> between;  ///< untimed, after each batch (e.g. synchronize)
-  std::string raw_label;     ///< what the raw variant does
-  std::string skip;          ///< non-empty: not run, and this says why (e.g. no kernels)
-  std::function<std::string()> note;  ///< untimed, after the measurement: extra figures
+  std::string raw_label;          ///< what the raw variant does
+  std::string skip;               ///< non-empty: not run, and this says why (e.g. no kernels)
+  /// Untimed, after the measurement: extra figures (gets the case as run: its pairs).
+  std::function<std::string(const Case&)> note;
+  /// Also time the raw variant against itself (A/A, same method and pairs) and report the
+  /// ratio in the note: the method's resolution for this operation.
+  bool control = false;
 };
 
 /// A finished measurement.
 struct Result {
   std::string name, raw_label, target;
   double raw_ns = 0, ours_ns = 0;
+  double control_ratio = 0;  ///< raw against itself when the case asks for it (else 0)
   bool pass = false;
   std::string skipped;  ///< why it was not run (empty when it ran)
   std::string note;     ///< extra figures (e.g. first vs repeat launch)
@@ -82,29 +87,46 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/// Warms up, then measures raw and custream interleaved A B B A.
+/// Medians of batch means of `a` and `b`, interleaved A B B A over `c.pairs` pairs.
+inline std::pair<double, double> interleave(const Case& c, const Body& a, const Body& b) {
+  std::vector<double> as, bs;
+  for (int p = 0; p < c.pairs; ++p) {
+    if (p % 2 == 0) {
+      as.push_back(time_batch(a, c.iterations, c.between));
+      bs.push_back(time_batch(b, c.iterations, c.between));
+    } else {
+      bs.push_back(time_batch(b, c.iterations, c.between));
+      as.push_back(time_batch(a, c.iterations, c.between));
+    }
+  }
+  return {median(as), median(bs)};
+}
+
+/// Warms up, then measures raw and custream interleaved A B B A (and raw against itself
+/// when the case asks for a control).
 inline Result run(const Case& c, int warmups = 3) {
   if (!c.skip.empty()) {
-    Result r{c.name, c.raw_label, c.target.text(), 0, 0, true, c.skip, {}};
+    Result r{c.name, c.raw_label, c.target.text(), 0, 0, 0, true, c.skip, {}};
     return r;
   }
   for (int i = 0; i < warmups; ++i) {  // warm-up: caches, lazy loads, thread-locals
     time_batch(c.raw, c.iterations, c.between);
     time_batch(c.ours, c.iterations, c.between);
   }
-  std::vector<double> raw, ours;
-  for (int p = 0; p < c.pairs; ++p) {
-    if (p % 2 == 0) {
-      raw.push_back(time_batch(c.raw, c.iterations, c.between));
-      ours.push_back(time_batch(c.ours, c.iterations, c.between));
-    } else {
-      ours.push_back(time_batch(c.ours, c.iterations, c.between));
-      raw.push_back(time_batch(c.raw, c.iterations, c.between));
-    }
-  }
-  Result r{c.name, c.raw_label, c.target.text(), median(raw), median(ours), false, {}, {}};
+  const auto [raw_ns, ours_ns] = interleave(c, c.raw, c.ours);
+  Result r{c.name, c.raw_label, c.target.text(), raw_ns, ours_ns, 0, false, {}, {}};
   r.pass = c.target.holds(r.raw_ns, r.ours_ns);
-  if (c.note) r.note = c.note();
+  if (c.note) r.note = c.note(c);
+  if (c.control) {
+    const auto [first, second] = interleave(c, c.raw, c.raw);
+    r.control_ratio = second / first;
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%sA/A control: the raw call against itself, same method and pairs: %.4f "
+                  "(%+.1f ns)",
+                  r.note.empty() ? "" : "; ", r.control_ratio, second - first);
+    r.note += buf;
+  }
   return r;
 }
 

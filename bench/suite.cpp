@@ -30,8 +30,8 @@ bool report(const std::vector<Result>& results, std::FILE* csv) {
               "custream ns", "ratio", "target", "result");
   for (const Result& r : results) {
     if (!r.skipped.empty()) {
-      std::printf("%-52s %-38s %12s %12s %7s  %-28s %s\n", r.name.c_str(), r.raw_label.c_str(),
-                  "-", "-", "-", r.target.c_str(), "skipped");
+      std::printf("%-52s %-38s %12s %12s %7s  %-28s %s\n", r.name.c_str(), r.raw_label.c_str(), "-",
+                  "-", "-", r.target.c_str(), "skipped");
     } else {
       std::printf("%-52s %-38s %12.1f %12.1f %7.3f  %-28s %s\n", r.name.c_str(),
                   r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.raw_ns > 0 ? r.ours_ns / r.raw_ns : 0,
@@ -103,11 +103,13 @@ int run_suite(const SuiteOptions& options) {
   std::printf("custream bench: driver %d from %s; device 0: %s\n", info.version,
               info.library.c_str(), device.name().c_str());
   if (options.quick) {
-    std::printf("quick run: 3 pairs per case, 1 warm-up; a smoke test of the suite, not the SPEC "
-                "§6 method (>= 21 pairs): targets are shown, not enforced\n");
+    std::printf(
+        "quick run: 3 pairs per case, 1 warm-up; a smoke test of the suite, not the SPEC "
+        "§6 method (>= 21 pairs): targets are shown, not enforced\n");
   } else {
-    std::printf("method (SPEC §6): raw and custream on the same handles, interleaved A B B A, "
-                "medians of batch means, one process\n");
+    std::printf(
+        "method (SPEC §6): raw and custream on the same handles, interleaved A B B A, "
+        "medians of batch means, one process\n");
   }
   std::fflush(stdout);
 
@@ -115,6 +117,7 @@ int run_suite(const SuiteOptions& options) {
   std::vector<Result> results;
   for (std::size_t i = 0; i < selected.size(); ++i) {
     Case c = *selected[i];
+    if (options.pairs > 0) c.pairs = options.pairs;
     if (options.quick) c.pairs = 3;
     if (tty) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s…", i + 1, selected.size(), c.name.c_str());

@@ -5,6 +5,8 @@
 // Exit status: 0 success; 1 failure (no usable driver, a failed check, a missed target);
 // 2 bad arguments. --emulate runs on the CPU driver emulator of the build tree; --auto runs on
 // the GPU where a driver and a device are present and on the emulator otherwise, saying which.
+#include "custream/custream.hpp"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "custream/custream.hpp"
 #include "tool.hpp"
 #ifdef CUSTREAM_TOOL_BENCH
 #include "bench_cases.hpp"
@@ -61,7 +62,8 @@ constexpr const char* kSelftestHelp =
     "check fails or there is no usable driver.\n";
 
 constexpr const char* kBenchHelp =
-    "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--quick] [--list]\n"
+    "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--pairs N]\n"
+    "                      [--quick] [--list]\n"
     "\n"
     "The SPEC §6 suite on device 0: each operation raw (driver call) and through custream, on\n"
     "the same handles, interleaved A B B A in batches (>= 21 pairs), medians of batch means;\n"
@@ -71,6 +73,8 @@ constexpr const char* kBenchHelp =
     "\n"
     "  --csv FILE     also write the numbers to FILE (bench/plot.py reads it)\n"
     "  --filter TEXT  only the cases whose name contains TEXT\n"
+    "  --pairs N      A B B A pairs for every case (N >= 21; default: each case's own,\n"
+    "                 25 to 1,001)\n"
     "  --quick        smoke run (3 pairs, 1 warm-up): targets shown, not enforced\n"
     "  --list         list the cases and targets, run nothing\n"
     "\n"
@@ -164,6 +168,14 @@ int main(int argc, char** argv) {
     } else if (command == "bench" && (arg == "--csv" || arg == "--filter")) {
       if (i + 1 >= argc) return usage_error(arg + " needs a value", help);
       (arg == "--csv" ? bench.csv : bench.filter) = argv[++i];
+    } else if (command == "bench" && arg == "--pairs") {
+      if (i + 1 >= argc) return usage_error(arg + " needs a value", help);
+      char* end = nullptr;
+      const long pairs = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || pairs < 21 || pairs > 100000) {
+        return usage_error("--pairs needs a whole number from 21 to 100000 (SPEC §6: >= 21)", help);
+      }
+      bench.pairs = static_cast<int>(pairs);
     } else if (command == "bench" && arg == "--quick") {
       bench.quick = true;
     } else if (command == "bench" && arg == "--list") {
@@ -197,8 +209,8 @@ int main(int argc, char** argv) {
       setenv("CUSTREAM_LIBCUDA", emu.c_str(), 1);
       const std::string exe = self_path();
       execv(exe.c_str(), argv);
-      std::fprintf(stderr, "custream %s: cannot run %s again: %s\n", command.c_str(),
-                   exe.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "custream %s: cannot run %s again: %s\n", command.c_str(), exe.c_str(),
+                   std::strerror(errno));
       return 1;
     }
   }
@@ -215,13 +227,15 @@ int main(int argc, char** argv) {
     if (command == "selftest") return custream_tool::selftest();
 #ifdef CUSTREAM_TOOL_BENCH
     if (custream_tool::driver_is_emulator() && !bench.list) {
-      std::printf("custream bench: on the CPU driver emulator; its numbers say nothing about a "
-                  "GPU\n");
+      std::printf(
+          "custream bench: on the CPU driver emulator; its numbers say nothing about a "
+          "GPU\n");
     }
     return custream_bench::run_suite(bench);
 #else
-    std::fprintf(stderr, "custream bench: this custream was built without the benchmarks "
-                         "(-Dbench=false)\n");
+    std::fprintf(stderr,
+                 "custream bench: this custream was built without the benchmarks "
+                 "(-Dbench=false)\n");
     return 1;
 #endif
   } catch (const std::exception& e) {
