@@ -162,6 +162,8 @@ void add_graph_cases(std::vector<Case>& cases) {
                    "cuLaunchHostFunc"});
   cases.back().control = true;
 
+  // SPEC's "callable (one small allocation)": it may throw, so it goes to the heap (a
+  // noexcept one this small would travel in userData: the row after the next).
   cases.push_back({"launch_host_func (callable)",
                    raw_host_func,
                    [](int n) {
@@ -207,6 +209,23 @@ void add_graph_cases(std::vector<Case>& cases) {
                    1001,
                    sync,
                    "cuStreamIsCapturing + cuLaunchHostFunc"});
+  cases.back().control = true;
+  // A pointer-sized noexcept callable: no allocation, no capture check (stream.hpp).
+  cases.push_back({"launch_host_func (small noexcept callable)",
+                   raw_host_func,
+                   [](int n) {
+                     std::atomic<long>* counter = &g_host_runs;
+                     for (int i = 0; i < n; ++i) {
+                       st->stream.launch_host_func([counter]() noexcept {
+                         counter->fetch_add(1, std::memory_order_relaxed);
+                       });
+                     }
+                   },
+                   {},
+                   256,
+                   1001,
+                   sync,
+                   "cuLaunchHostFunc"});
   cases.back().control = true;
 
   const CUgraphExec small = st->small_graph.exec();

@@ -316,6 +316,25 @@ TEST_CASE(
   CHECK(probe->destroyed == 1);  // exactly once
 }
 
+TEST_CASE("a captured small noexcept callable (carried in userData) runs on every replay",
+          "[gpu][graph][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  std::atomic<int> runs{0};
+  Graph g;
+  {
+    std::atomic<int>* counter = &runs;
+    s.begin_capture();
+    s.launch_host_func([counter]() noexcept { counter->fetch_add(1); });
+    g = s.end_capture();
+  }
+  for (int i = 1; i <= 3; ++i) {
+    g.launch(s);
+    s.synchronize();
+    CHECK(runs == i);
+  }
+}
+
 TEST_CASE(
     "a host function on a stream joined into another stream's capture runs once per "
     "replay",

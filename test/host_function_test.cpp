@@ -268,6 +268,63 @@ TEST_CASE("the default host-function error handler writes to stderr naming the s
                         " threw: default handler text") != std::string::npos);
 }
 
+TEST_CASE("which callables travel in the driver's userData", "[unit][host_function]") {
+  using custream::detail::fits_in_pointer;
+  int* p = nullptr;
+  auto plain = [p]() noexcept { (void)p; };
+  auto may_throw = [p] { (void)p; };
+  auto changes_itself = [p]() mutable noexcept { p = nullptr; };
+  auto two_pointers = [p, q = p]() noexcept { (void)p, (void)q; };
+  auto owns = [o = std::make_shared<int>(1)]() noexcept { (void)o; };
+  void (*function)() noexcept = nullptr;
+  CHECK(fits_in_pointer<decltype(plain)>);
+  CHECK(fits_in_pointer<decltype(function)>);
+  CHECK_FALSE(fits_in_pointer<decltype(may_throw)>);       // the handler must see exceptions
+  CHECK_FALSE(fits_in_pointer<decltype(changes_itself)>);  // replays would each see a copy
+  CHECK_FALSE(fits_in_pointer<decltype(two_pointers)>);
+  CHECK_FALSE(fits_in_pointer<decltype(owns)>);
+  CHECK_FALSE(fits_in_pointer<Payload>);
+}
+
+TEST_CASE("small noexcept callables run in order, carried in userData", "[gpu][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  struct Entry {
+    int id;
+    std::vector<int>* log;
+  };
+  std::vector<int> log;
+  std::vector<Entry> entries;
+  for (int i = 0; i < 100; ++i) entries.push_back({i, &log});
+  for (Entry& entry : entries) {
+    Entry* e = &entry;
+    s.launch_host_func([e]() noexcept { e->log->push_back(e->id); });
+  }
+  s.synchronize();
+  std::vector<int> expected(100);
+  for (int i = 0; i < 100; ++i) expected[i] = i;
+  CHECK(log == expected);
+}
+
+TEST_CASE("a small noexcept callable is enqueued without a capture check",
+          "[gpu][host_function][emu-only]") {
+  REQUIRE_EMULATOR();
+  Stream s(true);
+  std::atomic<int> runs{0};
+  std::atomic<int>* counter = &runs;
+  custream_test::emu_fail_call("cuStreamIsCapturing", 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+  s.launch_host_func([counter]() noexcept { counter->fetch_add(1); });  // makes no check
+  try {
+    s.launch_host_func([counter] { counter->fetch_add(1); });  // checks, meets the failure
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.call() == std::string("cuStreamIsCapturing"));
+  }
+  custream_test::emu_reset();
+  s.synchronize();
+  CHECK(runs == 1);
+}
+
 TEST_CASE("a host function enqueue failure destroys the payload at once",
           "[gpu][host_function][emu-only]") {
   REQUIRE_EMULATOR();

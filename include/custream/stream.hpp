@@ -211,12 +211,25 @@ class Stream {
   ///
   /// Costs one capture check (cuStreamIsCapturing; cuStreamGetCaptureInfo for the graph only
   /// while capturing) and one cuLaunchHostFunc.
+  ///
+  /// A small plain callable skips all of that: when `f` is trivially copyable and trivially
+  /// destructible, no larger than a pointer, and callable as const and noexcept (e.g.
+  /// `[ctx]() noexcept { ctx->done(); }` with a pointer `ctx`), its bytes travel as the
+  /// driver's `userData` (detail::fits_in_pointer). No allocation and no capture check:
+  /// there is nothing to free, and a captured node carries its own copy, valid on every
+  /// replay. The cost is the raw call's.
   /// @throws Error when a driver call fails (naming it and this stream; on an invalidated
-  /// capture CUDA_ERROR_STREAM_CAPTURE_INVALIDATED without calling cuLaunchHostFunc). `f`
-  /// is destroyed then, and nothing stays enqueued.
+  /// capture CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). `f` is destroyed then, and nothing
+  /// stays enqueued.
   template <typename F, typename = detail::enable_if_host_function<F>>
   void launch_host_func(F&& f) const {
-    launch_host_task(new detail::HostFunctionTask<std::decay_t<F>>(std::forward<F>(f)));
+    using T = std::decay_t<F>;
+    if constexpr (detail::fits_in_pointer<T>) {
+      const T copy(std::forward<F>(f));
+      launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer(copy));
+    } else {
+      launch_host_task(new detail::HostFunctionTask<T>(std::forward<F>(f)));
+    }
   }
   /// Enqueues `fn(arg)` (cuLaunchHostFunc, one driver call and nothing else). While
   /// capturing it becomes a host node that runs on every replay: `arg` must then stay

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -117,6 +118,34 @@ using enable_if_stream_callback =
 
 /// The run-once trampoline (cuLaunchHostFunc, not capturing): runs the task, then frees it.
 void CUDA_CB run_host_task_once(void* task);
+
+/// True when a host function of type T can travel as cuLaunchHostFunc's `userData` itself:
+/// its bytes are all it is (trivially copyable and destructible), they fit in a pointer, and
+/// calling it cannot throw or change it (const, noexcept), so every replay of a captured node
+/// sees the same callable and nothing needs freeing.
+template <typename T>
+inline constexpr bool fits_in_pointer =
+    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T> &&
+    sizeof(T) <= sizeof(void*) &&
+    alignof(T) <= alignof(void*) && std::is_nothrow_invocable_v<const T&>;
+
+/// The bytes of `f` as a pointer value (fits_in_pointer<T>).
+template <typename T>
+void* to_pointer(const T& f) noexcept {
+  static_assert(fits_in_pointer<T>);
+  void* p = nullptr;
+  std::memcpy(&p, &f, sizeof(T));
+  return p;
+}
+
+/// The trampoline of a callable carried in `userData`: rebuilds it from the bytes, calls it.
+template <typename T>
+void CUDA_CB run_in_pointer(void* p) noexcept {
+  alignas(T) unsigned char bytes[sizeof(T)];
+  std::memcpy(bytes, &p, sizeof(T));
+  const T& f = *std::launder(reinterpret_cast<const T*>(bytes));
+  f();
+}
 
 /// A non-owning Stream for `task`'s stream (defined in lib/host_function.cpp; a friend of
 /// Stream).
