@@ -189,7 +189,7 @@ void add_graph_cases(std::vector<Case>& cases) {
     }
   };
   // What that check costs in this loop: raw with it against raw without it, same method.
-  cases.back().note = [s, sync, raw_host_func, raw_checked_host_func](const Case& run_as) {
+  cases.back().note = [sync, raw_host_func, raw_checked_host_func](const Case& run_as) {
     const Case checked{"raw + capture check", raw_host_func, raw_checked_host_func, {}, 256,
                        run_as.pairs,          sync};
     const auto [raw_ns, checked_ns] = interleave(checked, checked.raw, checked.ours);

@@ -7,15 +7,20 @@
 //     owns it: the enqueueing call (until a committing driver call succeeds), the run-once
 //     trampoline (not capturing: it runs the callable once, then frees it), or a CUDA user
 //     object held by the capture graph (capturing: freed by the user-object destructor once
-//     the graph and every executable made from it are gone).
-//  2. One capture check per enqueue, cuStreamIsCapturing (capture-safe, and the cheapest
-//     capture-safe query in an enqueue loop on the H200: +84/+103 ns there against +130/+122
-//     ns for cuStreamGetCaptureInfo, same runs), and only while capturing
+//     the graph and every executable made from it are gone). The one exception is a
+//     callable that is nothing but its bytes (detail::fits_in_pointer: trivially copyable and
+//     destructible, no padding, pointer-sized, const- and noexcept-callable): on a stream
+//     that is not a special handle, Stream::launch_host_func passes those bytes as the
+//     userData of detail::run_in_pointer. Nothing is owned, so nothing needs a capture check
+//     (a captured node keeps its own copy); each run re-creates the callable from the bytes.
+//  2. One capture check per heap enqueue, cuStreamIsCapturing (capture-safe, and the
+//     cheapest capture-safe query in an enqueue loop on the H200: +84/+103 ns there against
+//     +130/+122 ns for cuStreamGetCaptureInfo, same runs), and only while capturing
 //     cuStreamGetCaptureInfo for the capture graph; both see captures begun by any code
 //     (also a stream joined into another stream's capture through an event: same graph).
 //     Not capturing, the check and cuLaunchHostFunc are inline in Stream::launch_host_task;
 //     every other case comes here (enqueue_host_task, host_task_not_launched), resuming
-//     from what the inline path saw without repeating a failed call.
+//     from what the inline path saw; a retry under another context checks again.
 //  3. Capturing, every fallible step (cuUserObjectCreate, cuGraphRetainUserObject with
 //     CU_GRAPH_USER_OBJECT_MOVE) precedes cuLaunchHostFunc, and nothing fallible follows it.
 //     When cuLaunchHostFunc fails, the graph already owns the payload and frees it with
@@ -33,8 +38,10 @@
 //     it on one lock-free stack (a CAS, release); an allocating thread pops from its own
 //     list and, when that is empty, takes the whole shared stack with one exchange (acquire;
 //     taking everything at once has no ABA problem). A thread's list goes back to the shared
-//     stack when the thread ends. Blocks are never returned to the OS: the pool is as large
-//     as the most tasks ever in flight at once.
+//     stack when the thread ends; a thread that allocates after that (a late thread_local
+//     destructor) gets a block of its own, which joins the pool when freed. Blocks are never
+//     returned to the OS: the pool is as large as the most tasks ever in flight at once,
+//     rounded up to slabs, plus what threads hold in their lists.
 //  8. Blocks are cache-line aligned and a whole number of lines long (carved from slabs of
 //     kSlabBlocks), so no two blocks share a line. Popping a block prefetches the next one
 //     for writing: the driver's thread wrote it last (it ran that task and freed it), and
@@ -88,9 +95,14 @@ void push_returned(PoolBlock* first, PoolBlock* last) noexcept {
                                              std::memory_order_relaxed));
 }
 
+// Set when this thread's list has been given back (thread exit): refills then take one
+// block instead of a list nobody would give back.
+thread_local bool t_pool_closed __attribute__((tls_model("initial-exec"))) = false;
+
 // Gives this thread's list back when the thread ends; registered on first refill.
 struct ThreadBlocks {
   ~ThreadBlocks() {
+    t_pool_closed = true;
     if (PoolBlock* first = t_pool_free) {
       PoolBlock* last = first;
       while (last->next != nullptr) last = last->next;
@@ -118,6 +130,7 @@ PoolBlock* new_slab() {
 thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec"))) = nullptr;
 
 void* pool_refill() {
+  if (t_pool_closed) return ::operator new(HostTask::kPooledBytes, std::align_val_t(kLine));
   static thread_local ThreadBlocks owner;  // registers the thread-exit flush
   (void)&owner;
   PoolBlock* list = g_returned.exchange(nullptr, std::memory_order_acquire);
@@ -311,17 +324,16 @@ void Stream::enqueue_host_task(detail::HostTask* raw) const {
 void Stream::host_task_not_launched(detail::HostTask* raw, CUresult capturing,
                                     CUstreamCaptureStatus status, CUresult launched) const {
   TaskPtr task(raw);
-  const detail::DriverApi& api = detail::api();
-  std::optional<ContextScope> scope;
   if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
-    // The launch failed (the capture check worked, so a special handle had a context).
-    const CUresult r = detail::retry_on_current_device(launched, is_special(), scope, [&] {
-      return api.cuLaunchHostFunc(handle_, &detail::run_host_task_once, task.get());
-    });
-    if (r != CUDA_SUCCESS) fail(r, "cuLaunchHostFunc");
-    (void)task.release();  // the trampoline frees it after running it
+    // The launch failed after the check. A special handle whose context was missing retries
+    // the whole enqueue, the capture check included, under the current device's context
+    // (the run-once trampoline is never launched unchecked); anything else is reported.
+    if (launched != CUDA_ERROR_INVALID_CONTEXT || !is_special()) fail(launched, "cuLaunchHostFunc");
+    enqueue(*this, std::move(task), TaskKind::host_function);
     return;
   }
+  const detail::DriverApi& api = detail::api();
+  std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   status = finish_capture_state(api, *this, scope, &graph, capturing, status);
   enqueue_in_state(api, *this, std::move(task), TaskKind::host_function, status, graph);

@@ -969,6 +969,23 @@ TEST_CASE("the implicit error invalidates the capture", "[conformance][unsure]")
   if (g) api().cuGraphDestroy(g);
 }
 
+TEST_CASE("cuStreamIsCapturing on the legacy stream does not invalidate the capture",
+          "[conformance]") {
+  // cuda.h: "The blocking stream capture is not invalidated." custream's capture check relies
+  // on it (a host function refused on the legacy stream leaves the capture valid).
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_DEFAULT);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus st{};
+  CU_EQ(api().cuStreamIsCapturing(CU_STREAM_LEGACY, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph g = nullptr;
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_SUCCESS);
+  REQUIRE(g != nullptr);
+  CU_OK(api().cuGraphDestroy(g));
+}
+
 TEST_CASE("the implicit error also holds in relaxed mode", "[conformance][unsure]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;

@@ -228,6 +228,22 @@ TEST_CASE("capture on a blocking stream while the legacy stream is queried: impl
   CHECK(Stream::legacy().done());
 }
 
+TEST_CASE("a small noexcept callable on the legacy stream never invalidates another capture",
+          "[gpu][graph][capture][host_function]") {
+  REQUIRE_DRIVER();
+  custream::Device(0).make_current();
+  Stream blocking(false);
+  std::atomic<int> runs{0};
+  std::atomic<int>* counter = &runs;
+  blocking.begin_capture();
+  // The heap path's capture check refuses it (the driver would invalidate the capture).
+  expect_error([&] { Stream::legacy().launch_host_func([counter]() noexcept { ++*counter; }); },
+               CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CHECK(blocking.is_capturing());
+  Graph g = blocking.end_capture();  // still valid
+  CHECK(runs == 0);
+}
+
 TEST_CASE("fork/join capture through events replays both branches", "[gpu][graph][capture]") {
   REQUIRE_DRIVER();
   Stream origin(true), side(true);

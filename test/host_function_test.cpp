@@ -183,6 +183,9 @@ TEST_CASE("host functions on special handles with no current context use device 
       RawContext raw;
       s.launch_host_func(Payload(probe));     // capture check fails first: retried
       s.launch_host_func(raw_host_fn, &raw);  // the launch fails first: retried
+      std::atomic<int> small_runs{0};
+      std::atomic<int>* small = &small_runs;
+      s.launch_host_func([small]() noexcept { ++*small; });  // special: the heap path
       s.add_callback([p = Payload(probe)](Stream, CUresult) mutable { p(); });
       CUcontext current = reinterpret_cast<CUcontext>(1);
       REQUIRE(custream::detail::api().cuCtxGetCurrent(&current) == CUDA_SUCCESS);
@@ -190,6 +193,7 @@ TEST_CASE("host functions on special handles with no current context use device 
       custream::Device(0).make_current();
       s.synchronize();
       CHECK(probe->runs == 2);
+      CHECK(small_runs == 1);
       CHECK(raw.order == std::vector<int>{1});
       CHECK(custream_test::eventually([&] { return probe->destroyed == 2; }));
       REQUIRE(custream::detail::api().cuCtxSetCurrent(nullptr) == CUDA_SUCCESS);
@@ -275,6 +279,7 @@ TEST_CASE("which callables travel in the driver's userData", "[unit][host_functi
   auto may_throw = [p] { (void)p; };
   auto changes_itself = [p]() mutable noexcept { p = nullptr; };
   auto two_pointers = [p, q = p]() noexcept { (void)p, (void)q; };
+  auto padded = [b = true, i = 1]() noexcept { (void)b, (void)i; };  // 3 padding bytes
   auto owns = [o = std::make_shared<int>(1)]() noexcept { (void)o; };
   void (*function)() noexcept = nullptr;
   CHECK(fits_in_pointer<decltype(plain)>);
@@ -282,6 +287,7 @@ TEST_CASE("which callables travel in the driver's userData", "[unit][host_functi
   CHECK_FALSE(fits_in_pointer<decltype(may_throw)>);       // the handler must see exceptions
   CHECK_FALSE(fits_in_pointer<decltype(changes_itself)>);  // replays would each see a copy
   CHECK_FALSE(fits_in_pointer<decltype(two_pointers)>);
+  CHECK_FALSE(fits_in_pointer<decltype(padded)>);  // indeterminate bytes in userData
   CHECK_FALSE(fits_in_pointer<decltype(owns)>);
   CHECK_FALSE(fits_in_pointer<Payload>);
 }
@@ -353,6 +359,31 @@ TEST_CASE("a host function enqueue failure destroys the payload at once",
   CHECK(probe->destroyed == 1);
   custream_test::emu_reset();
   CHECK(custream_test::emu_live_objects() == live);
+}
+
+TEST_CASE("a host function enqueued by a thread_local destructor at thread exit runs",
+          "[gpu][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto probe = std::make_shared<Probe>();
+  // Constructed before the thread's first host function, so destroyed after the pool has
+  // taken this thread's blocks back: its enqueue gets a block of its own (ASan: no leak).
+  struct AtExit {
+    const Stream* stream = nullptr;
+    std::shared_ptr<Probe> probe;
+    ~AtExit() {
+      if (stream != nullptr) stream->launch_host_func(Payload(probe));
+    }
+  };
+  std::thread([&] {
+    static thread_local AtExit at_exit;
+    at_exit.stream = &s;
+    at_exit.probe = probe;
+    s.launch_host_func(Payload(probe));
+  }).join();
+  s.synchronize();
+  CHECK(probe->runs == 2);
+  CHECK(custream_test::eventually([&] { return probe->destroyed == 2; }));
 }
 
 TEST_CASE("many threads enqueue host functions of every size; each runs and is freed once",

@@ -195,7 +195,8 @@ class Stream {
   // --- Host functions, callbacks and capture (lib/host_function.cpp, lib/capture.cpp) ---
 
   /// Enqueues `f()` to run on the host, in stream order, on the driver's host-function
-  /// thread (cuLaunchHostFunc). `f` is moved to the heap first (one allocation).
+  /// thread (cuLaunchHostFunc). `f` is moved to the heap first (one allocation), except a
+  /// small plain callable (below).
   ///
   /// Not capturing: `f` runs once and is destroyed right after it ran. Capturing (this
   /// stream began the capture, or was joined into another stream's capture through an
@@ -213,11 +214,16 @@ class Stream {
   /// while capturing) and one cuLaunchHostFunc.
   ///
   /// A small plain callable skips all of that: when `f` is trivially copyable and trivially
-  /// destructible, no larger than a pointer, and callable as const and noexcept (e.g.
-  /// `[ctx]() noexcept { ctx->done(); }` with a pointer `ctx`), its bytes travel as the
-  /// driver's `userData` (detail::fits_in_pointer). No allocation and no capture check:
-  /// there is nothing to free, and a captured node carries its own copy, valid on every
-  /// replay. The cost is the raw call's.
+  /// destructible without padding, no larger than a pointer, and callable as const and
+  /// noexcept (detail::fits_in_pointer; e.g. `[ctx]() noexcept { ctx->done(); }` with a
+  /// pointer `ctx`; not a `mutable` lambda), its bytes travel as the driver's `userData`.
+  /// No allocation and no capture check: there is nothing to free, and a captured node
+  /// carries its own copy, valid on every replay. The cost is the raw call's. Each run
+  /// re-creates `f` from those bytes: the changes a `mutable` data member would see do not
+  /// carry over from one run to the next, and `this` differs between runs. On the special
+  /// handles 0, 1 and 2 such a callable takes the heap path, whose capture check refuses a
+  /// launch on the legacy stream while another stream captures (the driver would invalidate
+  /// that capture).
   /// @throws Error when a driver call fails (naming it and this stream; on an invalidated
   /// capture CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). `f` is destroyed then, and nothing
   /// stays enqueued.
@@ -225,11 +231,13 @@ class Stream {
   void launch_host_func(F&& f) const {
     using T = std::decay_t<F>;
     if constexpr (detail::fits_in_pointer<T>) {
-      const T copy(std::forward<F>(f));
-      launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer(copy));
-    } else {
-      launch_host_task(new detail::HostFunctionTask<T>(std::forward<F>(f)));
+      if (kind_ != Kind::special) {
+        const T copy(std::forward<F>(f));
+        launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer(copy));
+        return;
+      }
     }
+    launch_host_task(new detail::HostFunctionTask<T>(std::forward<F>(f)));
   }
   /// Enqueues `fn(arg)` (cuLaunchHostFunc, one driver call and nothing else). While
   /// capturing it becomes a host node that runs on every replay: `arg` must then stay

@@ -102,9 +102,11 @@ CUresult stream_end_capture(CUstream h, CUgraph* ph) {
   return result;
 }
 
-CUresult capture_status(CUstream h, Stream** out, CUstreamCaptureStatus* status) {
+// `invalidates`: whether a refused query of the legacy stream invalidates the blocking
+// capture (cuStreamIsCapturing documents that it does not).
+CUresult capture_status(CUstream h, Stream** out, CUstreamCaptureStatus* status, bool invalidates) {
   if (CUresult r = resolve_stream(h, out)) return r;
-  if ((*out)->kind == Stream::kLegacy && legacy_conflict((*out)->ctx))
+  if ((*out)->kind == Stream::kLegacy && legacy_conflict((*out)->ctx, invalidates))
     return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   const Capture* c = (*out)->capture.get();
   *status = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
@@ -118,7 +120,7 @@ CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(state().mu);
   Stream* st = nullptr;
-  return capture_status(h, &st, status);
+  return capture_status(h, &st, status, false);
 }
 
 CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
@@ -126,7 +128,7 @@ CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(state().mu);
   Stream* st = nullptr;
-  if (CUresult r = capture_status(h, &st, status)) return r;
+  if (CUresult r = capture_status(h, &st, status, true)) return r;
   const Capture* c = st->capture.get();
   const bool active = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id) *id = c ? c->id : 0;
@@ -172,15 +174,15 @@ void invalidate(Capture* c) {
   if (c) c->invalidated = true;
 }
 
-bool legacy_conflict(Context* ctx) {
+bool legacy_conflict(Context* ctx, bool invalidates) {
   bool conflict = false;
   for (const auto& cap : state().captures) {
     if (cap->ctx != ctx) continue;  // an invalidated capture still holds its streams
     for (Stream* st : cap->streams) {
       if (st->blocking()) {
         // Using the legacy stream would create an implicit dependency on the capture: the
-        // call fails and the capture is invalidated.
-        invalidate(cap.get());
+        // call fails and (except for cuStreamIsCapturing) the capture is invalidated.
+        if (invalidates) invalidate(cap.get());
         conflict = true;
         break;
       }

@@ -240,8 +240,10 @@ std::vector<SignalPtr> implicit_deps(Stream* s);
 bool stream_idle(Stream* s);
 /// Waits (releasing the lock) until stream work enqueued so far has completed.
 void stream_wait(std::unique_lock<std::mutex>& lk, Stream* s);
-/// True when a blocking stream of ctx captures and using the legacy stream is refused.
-bool legacy_conflict(Context* ctx);
+/// True when a blocking stream of ctx captures and using the legacy stream is refused. The
+/// refused use invalidates that capture unless `invalidates` is false (cuStreamIsCapturing:
+/// "the blocking stream capture is not invalidated").
+bool legacy_conflict(Context* ctx, bool invalidates = true);
 /// Marks a capture invalidated.
 void invalidate(Capture* c);
 /// Ends capture for every stream of c; c leaves State::captures.

@@ -21,7 +21,8 @@ namespace detail {
 struct PoolBlock {
   PoolBlock* next;
 };
-/// This thread's free blocks. Initial-exec TLS: a direct %fs-relative load.
+/// This thread's free blocks. Initial-exec TLS: no __tls_get_addr call, also from a shared
+/// libcustream.
 extern thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec")));
 /// Refills this thread's list (from the blocks other threads freed, or a new slab) and
 /// returns one block. @throws std::bad_alloc.
@@ -133,14 +134,16 @@ using enable_if_stream_callback =
 void CUDA_CB run_host_task_once(void* task);
 
 /// True when a host function of type T can travel as cuLaunchHostFunc's `userData` itself:
-/// its bytes are all it is (trivially copyable and destructible), they fit in a pointer, and
-/// calling it cannot throw or change it (const, noexcept), so every replay of a captured node
-/// sees the same callable and nothing needs freeing.
+/// its bytes are all it is (trivially copyable and destructible, no padding bits), they fit in
+/// a pointer, and calling it cannot throw, as const or not (so a closure's call operator is
+/// const: a `mutable` lambda does not qualify). Each run re-creates it from the bytes, so
+/// every replay of a captured node sees the callable as it was enqueued.
 template <typename T>
 inline constexpr bool fits_in_pointer =
-    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T> &&
-    sizeof(T) <= sizeof(void*) &&
-    alignof(T) <= alignof(void*) && std::is_nothrow_invocable_v<const T&>;
+    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T>&&
+        std::has_unique_object_representations_v<T> &&
+    sizeof(T) <= sizeof(void*) && alignof(T) <= alignof(void*) &&
+    std::is_nothrow_invocable_v<const T&>&& std::is_nothrow_invocable_v<T&>;
 
 /// The bytes of `f` as a pointer value (fits_in_pointer<T>).
 template <typename T>
@@ -151,12 +154,13 @@ void* to_pointer(const T& f) noexcept {
   return p;
 }
 
-/// The trampoline of a callable carried in `userData`: rebuilds it from the bytes, calls it.
+/// The trampoline of a callable carried in `userData`: re-creates it from the bytes and calls
+/// it as a non-const lvalue, as the heap path (HostFunctionTask::call) does.
 template <typename T>
 void CUDA_CB run_in_pointer(void* p) noexcept {
   alignas(T) unsigned char bytes[sizeof(T)];
   std::memcpy(bytes, &p, sizeof(T));
-  const T& f = *std::launder(reinterpret_cast<const T*>(bytes));
+  T& f = *std::launder(reinterpret_cast<T*>(bytes));
   f();
 }
 
