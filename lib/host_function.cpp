@@ -20,7 +20,8 @@
 //     (also a stream joined into another stream's capture through an event: same graph).
 //     Not capturing, the check and cuLaunchHostFunc are inline in Stream::launch_host_task;
 //     every other case comes here (enqueue_host_task, host_task_not_launched), resuming
-//     from what the inline path saw; a retry under another context checks again.
+//     from what the inline path saw; a retry under another context checks again, and the
+//     run-once trampoline is never launched without a check that said "not capturing".
 //  3. Capturing, every fallible step (cuUserObjectCreate, cuGraphRetainUserObject with
 //     CU_GRAPH_USER_OBJECT_MOVE) precedes cuLaunchHostFunc, and nothing fallible follows it.
 //     When cuLaunchHostFunc fails, the graph already owns the payload and frees it with
@@ -83,6 +84,7 @@ static_assert(sizeof(PoolBlock) <= HostTask::kPooledBytes);
 
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kSlabBlocks = 32;
+constexpr std::size_t kSlabBytes = kSlabBlocks * HostTask::kPooledBytes;
 static_assert(HostTask::kPooledBytes % kLine == 0, "blocks are whole cache lines (invariant 8)");
 
 std::atomic<PoolBlock*> g_returned{nullptr};
@@ -114,8 +116,7 @@ struct ThreadBlocks {
 
 // A new slab of kSlabBlocks line-aligned blocks, linked in address order (never freed).
 PoolBlock* new_slab() {
-  auto* slab = static_cast<unsigned char*>(
-      ::operator new(kSlabBlocks* HostTask::kPooledBytes, std::align_val_t(kLine)));
+  auto* slab = static_cast<unsigned char*>(::operator new(kSlabBytes, std::align_val_t(kLine)));
   PoolBlock* first = nullptr;
   for (std::size_t i = kSlabBlocks; i-- > 0;) {
     auto* block = reinterpret_cast<PoolBlock*>(slab + i * HostTask::kPooledBytes);
@@ -324,13 +325,10 @@ void Stream::enqueue_host_task(detail::HostTask* raw) const {
 void Stream::host_task_not_launched(detail::HostTask* raw, CUresult capturing,
                                     CUstreamCaptureStatus status, CUresult launched) const {
   TaskPtr task(raw);
+  // The launch failed after a successful check: a special handle had a current context then
+  // (else the check would have failed first), so there is nothing to retry.
   if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
-    // The launch failed after the check. A special handle whose context was missing retries
-    // the whole enqueue, the capture check included, under the current device's context
-    // (the run-once trampoline is never launched unchecked); anything else is reported.
-    if (launched != CUDA_ERROR_INVALID_CONTEXT || !is_special()) fail(launched, "cuLaunchHostFunc");
-    enqueue(*this, std::move(task), TaskKind::host_function);
-    return;
+    fail(launched, "cuLaunchHostFunc");
   }
   const detail::DriverApi& api = detail::api();
   std::optional<ContextScope> scope;

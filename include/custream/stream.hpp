@@ -232,8 +232,7 @@ class Stream {
     using T = std::decay_t<F>;
     if constexpr (detail::fits_in_pointer<T>) {
       if (kind_ != Kind::special) {
-        const T copy(std::forward<F>(f));
-        launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer(copy));
+        launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer<T>(f));
         return;
       }
     }

@@ -140,10 +140,11 @@ void CUDA_CB run_host_task_once(void* task);
 /// every replay of a captured node sees the callable as it was enqueued.
 template <typename T>
 inline constexpr bool fits_in_pointer =
-    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T>&&
-        std::has_unique_object_representations_v<T> &&
-    sizeof(T) <= sizeof(void*) && alignof(T) <= alignof(void*) &&
-    std::is_nothrow_invocable_v<const T&>&& std::is_nothrow_invocable_v<T&>;
+    std::conjunction_v<std::is_trivially_copyable<T>, std::is_trivially_destructible<T>,
+                       std::has_unique_object_representations<T>,
+                       std::bool_constant<sizeof(T) <= sizeof(void*)>,
+                       std::bool_constant<alignof(T) <= alignof(void*)>,
+                       std::is_nothrow_invocable<const T&>, std::is_nothrow_invocable<T&>>;
 
 /// The bytes of `f` as a pointer value (fits_in_pointer<T>).
 template <typename T>
