@@ -66,7 +66,6 @@ struct Case {
 struct Result {
   std::string name, raw_label, target;
   double raw_ns = 0, ours_ns = 0;
-  double control_ratio = 0;  ///< raw against itself when the case asks for it (else 0)
   bool pass = false;
   std::string skipped;  ///< why it was not run (empty when it ran)
   std::string note;     ///< extra figures (e.g. first vs repeat launch)
@@ -106,7 +105,7 @@ inline std::pair<double, double> interleave(const Case& c, const Body& a, const 
 /// when the case asks for a control).
 inline Result run(const Case& c, int warmups = 3) {
   if (!c.skip.empty()) {
-    Result r{c.name, c.raw_label, c.target.text(), 0, 0, 0, true, c.skip, {}};
+    Result r{c.name, c.raw_label, c.target.text(), 0, 0, true, c.skip, {}};
     return r;
   }
   for (int i = 0; i < warmups; ++i) {  // warm-up: caches, lazy loads, thread-locals
@@ -114,17 +113,16 @@ inline Result run(const Case& c, int warmups = 3) {
     time_batch(c.ours, c.iterations, c.between);
   }
   const auto [raw_ns, ours_ns] = interleave(c, c.raw, c.ours);
-  Result r{c.name, c.raw_label, c.target.text(), raw_ns, ours_ns, 0, false, {}, {}};
+  Result r{c.name, c.raw_label, c.target.text(), raw_ns, ours_ns, false, {}, {}};
   r.pass = c.target.holds(r.raw_ns, r.ours_ns);
   if (c.note) r.note = c.note(c);
   if (c.control) {
     const auto [first, second] = interleave(c, c.raw, c.raw);
-    r.control_ratio = second / first;
     char buf[160];
     std::snprintf(buf, sizeof buf,
                   "%sA/A control: the raw call against itself, same method and pairs: %.4f "
                   "(%+.1f ns)",
-                  r.note.empty() ? "" : "; ", r.control_ratio, second - first);
+                  r.note.empty() ? "" : "; ", second / first, second - first);
     r.note += buf;
   }
   return r;

@@ -5,7 +5,6 @@
 // column the median of per-round differences against the raw call.
 //
 //   ./build/bench/custream-host-func-loop [ROUNDS]   (default 301; on a GPU, not the emulator)
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -16,10 +15,12 @@
 
 #include "custream/custream.hpp"
 #include "custream/detail/driver.hpp"
+#include "harness.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using custream_bench::Clock;
+using custream_bench::median;
 
 std::atomic<long> g_runs{0};
 
@@ -37,11 +38,6 @@ double spin_ns_per_iteration() {
   const auto start = Clock::now();
   spin(kIterations);
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kIterations;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Variant {
