@@ -67,6 +67,14 @@ inline bool emu_wait_idle() {
   return fn(10000) == 1;
 }
 
+/// Ends a fault-injection test: clears pending faults, waits until the emulator is idle and
+/// checks that exactly `live` driver objects remain (nothing leaked, nothing freed twice).
+inline void expect_emulator_back_to(long live) {
+  emu_reset();
+  CHECK(emu_wait_idle());
+  CHECK(emu_live_objects() == live);
+}
+
 /// The driver's entry points, for "foreign code" in tests.
 inline const custream::detail::DriverApi& raw() { return custream::detail::api(); }
 

@@ -676,9 +676,7 @@ TEST_CASE("cuUserObjectCreate fails: the payload is destroyed, the capture stays
   CHECK(probe->runs == 0);
   CHECK(probe2->runs == 1);
   CHECK(eventually([&] { return probe2->destroyed == 1; }));
-  custream_test::emu_reset();
-  CHECK(custream_test::emu_wait_idle());
-  CHECK(custream_test::emu_live_objects() == live);
+  custream_test::expect_emulator_back_to(live);
 }
 
 TEST_CASE(
@@ -703,9 +701,7 @@ TEST_CASE(
   }
   CHECK(probe->runs == 0);
   CHECK(probe->destroyed == 1);
-  custream_test::emu_reset();
-  CHECK(custream_test::emu_wait_idle());
-  CHECK(custream_test::emu_live_objects() == live);
+  custream_test::expect_emulator_back_to(live);
 }
 
 TEST_CASE(
@@ -731,9 +727,7 @@ TEST_CASE(
   }
   CHECK(eventually([&] { return probe->destroyed == 1; }));
   CHECK(probe->runs == 0);
-  custream_test::emu_reset();
-  CHECK(custream_test::emu_wait_idle());
-  CHECK(custream_test::emu_live_objects() == live);
+  custream_test::expect_emulator_back_to(live);
 }
 
 TEST_CASE("cuStreamEndCapture and instantiation failures leave nothing behind",
@@ -749,7 +743,5 @@ TEST_CASE("cuStreamEndCapture and instantiation failures leave nothing behind",
                "cuGraphInstantiateWithParams");
   CHECK_FALSE(s.is_capturing());
   CHECK(eventually([&] { return probe->destroyed == 1; }));
-  custream_test::emu_reset();
-  CHECK(custream_test::emu_wait_idle());
-  CHECK(custream_test::emu_live_objects() == live);
+  custream_test::expect_emulator_back_to(live);
 }

@@ -357,8 +357,7 @@ TEST_CASE("a host function enqueue failure destroys the payload at once",
   CHECK_THROWS_AS(s.add_callback([p = Payload(probe)](Stream, CUresult) mutable { p(); }),
                   custream::Error);
   CHECK(probe->destroyed == 1);
-  custream_test::emu_reset();
-  CHECK(custream_test::emu_live_objects() == live);
+  custream_test::expect_emulator_back_to(live);
 }
 
 TEST_CASE("a host function enqueued by a thread_local destructor at thread exit runs",
