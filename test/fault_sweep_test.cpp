@@ -1,0 +1,2 @@
+// Placeholder: the systematic fault-injection sweep.
+#include "catch_compat.hpp"
