@@ -9,8 +9,13 @@
 //  3. end_capture hands the CUgraph to Graph::adopt at once, so it is destroyed (with every
 //     host-function payload it owns) also when instantiation fails. When cuStreamEndCapture
 //     fails the driver has already discarded the graph and left capture mode.
+//  5. begin_capture and end_capture hold detail::capture_transitions around the driver call,
+//     so no custream host-function enqueue sees a capture that ends or begins before its
+//     launch (lib/host_function.cpp, invariant 10); the graph an end returns is made
+//     graph-owned for run-once host nodes before instantiation (lib/graph.cpp, invariant 6).
 //  4. A CaptureScope that began a capture always ends it: end() or, failing that, its
 //     destructor, which discards the graph and never throws.
+#include <mutex>
 #include <optional>
 
 #include "context.hpp"
@@ -20,6 +25,7 @@
 #include "custream/graph.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
+#include "host_function.hpp"
 
 namespace custream {
 namespace {
@@ -74,8 +80,12 @@ void Stream::begin_capture(CaptureMode mode) const {
   std::optional<ContextScope> scope;
   const CUstream h = handle_;
   const auto m = static_cast<CUstreamCaptureMode>(mode);
-  if (CUresult r = with_context(*this, scope, [&] { return api.cuStreamBeginCapture(h, m); });
-      r != CUDA_SUCCESS) {
+  CUresult r = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
+    r = with_context(*this, scope, [&] { return api.cuStreamBeginCapture(h, m); });
+  }
+  if (r != CUDA_SUCCESS) {
     detail::throw_error(r, "cuStreamBeginCapture", to_string(),
                         r == CUDA_ERROR_ILLEGAL_STATE ? "the stream is already capturing" : "");
   }
@@ -86,8 +96,12 @@ Graph Stream::end_capture(InstantiateFlags flags) const {
   std::optional<ContextScope> scope;
   const CUstream h = handle_;
   CUgraph graph = nullptr;
-  if (CUresult r = with_context(*this, scope, [&] { return api.cuStreamEndCapture(h, &graph); });
-      r != CUDA_SUCCESS) {
+  CUresult r = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
+    r = with_context(*this, scope, [&] { return api.cuStreamEndCapture(h, &graph); });
+  }
+  if (r != CUDA_SUCCESS) {
     // The driver returns no graph on failure (invariant 3); be safe if one came anyway.
     if (graph != nullptr) (void)api.cuGraphDestroy(graph);
     detail::throw_error(r, "cuStreamEndCapture", to_string(), end_capture_advice(r));

@@ -14,9 +14,14 @@
 //     launch() and upload() issue exactly one driver call and switch no context (unless a
 //     special handle has no current context: then once more with one).
 //  4. After a successful update() the executable may run host nodes whose payloads belong
-//     to the newer graph: the owner keeps that Graph alive as long as itself.
+//     to the newer graph: the owner keeps that graph (its GraphSource, which holds nothing
+//     but the CUgraph, whose user objects own the payloads) alive as long as itself. Not the
+//     newer Graph: `a.update(b); b.update(a)` would then keep both forever.
 //  5. Destruction never throws; the driver is never unloaded, and CUDA_ERROR_DEINITIALIZED
 //     at exit is ignored.
+//  6. Before instantiating a graph, host nodes that run the run-once trampoline (a host
+//     function captured by a capture another thread began) become graph-owned
+//     (lib/host_function.cpp, invariant 9).
 #include "custream/graph.hpp"
 
 #include <stdlib.h>
@@ -25,6 +30,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -37,17 +43,31 @@
 #include "custream/graph_instantiate_error.hpp"
 #include "custream/graph_update_error.hpp"
 #include "driver.hpp"
+#include "host_function.hpp"
 
 namespace custream {
 namespace detail {
 
+// A CUgraph, shared by the Graph made from it and by every executable updated from it
+// (invariant 4). It refers to nothing else, so sharing it can make no cycle.
+struct GraphSource {
+  CUgraph graph = nullptr;
+  bool owned = false;  // adopted or from end_capture: destroyed with the last reference
+  GraphSource(CUgraph g, bool o) noexcept : graph(g), owned(o) {}
+  GraphSource(const GraphSource&) = delete;
+  GraphSource& operator=(const GraphSource&) = delete;
+  ~GraphSource() {
+    const Loaded* l = g_loaded.load(std::memory_order_acquire);
+    if (owned && l != nullptr) (void)l->api.cuGraphDestroy(graph);  // invariant 5
+  }
+};
+
 struct GraphOwner {
   std::atomic<long> refs{1};
-  CUgraph graph = nullptr;
-  bool owns_graph = false;
   CUgraphExec exec = nullptr;
-  std::mutex mutex;         // guards kept
-  std::vector<Graph> kept;  // newer graphs this executable was updated from (invariant 4)
+  std::shared_ptr<GraphSource> source;  // the graph this executable was instantiated from
+  std::mutex mutex;                     // guards kept
+  std::vector<std::shared_ptr<GraphSource>> kept;  // graphs of later updates (invariant 4)
 };
 
 void retain(GraphOwner* owner) noexcept {
@@ -58,9 +78,8 @@ void release(GraphOwner* owner) noexcept {
   if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (const Loaded* l = g_loaded.load(std::memory_order_acquire)) {  // invariants 1, 5
     if (owner->exec != nullptr) (void)l->api.cuGraphExecDestroy(owner->exec);
-    if (owner->owns_graph && owner->graph != nullptr) (void)l->api.cuGraphDestroy(owner->graph);
   }
-  delete owner;  // drops the kept graphs after this executable is gone
+  delete owner;  // then the graphs: its own and those of updates, once nothing else has them
 }
 
 }  // namespace detail
@@ -198,15 +217,16 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, const Strea
   }
   Graph g;
   try {
+    auto source = std::make_shared<detail::GraphSource>(graph, owned);
     g.owner_ = new detail::GraphOwner;
+    g.owner_->source = std::move(source);  // from here on g destroys the graph, also on failure
   } catch (...) {
     if (owned) (void)detail::api().cuGraphDestroy(graph);  // invariant 2
     throw;
   }
-  g.owner_->graph = graph;
-  g.owner_->owns_graph = owned;  // from here on g destroys the graph, also on failure
   g.graph_ = graph;
   g.flags_ = flags;
+  detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
 
   const detail::Loaded& l = detail::loaded();
   CUcontext context = stream.context();  // invariant 3
@@ -343,9 +363,9 @@ void Graph::update(const Graph& newer) {
                            describe() + " from graph " + detail::pointer_text(newer.graph_),
                            why + "; the executable is unchanged");
   }
-  if (newer.owner_ != owner_) {  // invariant 4
+  if (newer.owner_->source != owner_->source) {  // invariant 4
     std::lock_guard<std::mutex> lock(owner_->mutex);
-    owner_->kept.push_back(newer);
+    owner_->kept.push_back(newer.owner_->source);
   }
 }
 

@@ -50,11 +50,32 @@
 //     the H200 (1,001 interleaved rounds, twice): a pool like this one plus the capture
 //     check and cuLaunchHostFunc cost +46/+49 ns over the check and the launch alone
 //     without the prefetch, +0.5/+0.3 ns with it.
+//  9. The capture check and cuLaunchHostFunc cannot be one atomic step: another thread may
+//     begin a capture of the stream between them, and the run-once trampoline with its
+//     payload then becomes a node of that capture graph (the first replay would free the
+//     payload, the second run freed memory). So custream repairs the graph before anything
+//     can run it: every graph custream instantiates (end_capture, Graph::adopt, Graph::wrap)
+//     first has each host node running detail::run_host_task_once moved to a user object of
+//     that graph and pointed at the replayable trampoline (own_run_once_nodes); a capture
+//     custream discards (CaptureScope) frees those payloads (free_run_once_nodes). This costs
+//     one cuGraphNodeGetType per node at instantiation and nothing per enqueue. What remains:
+//     a capture that is both ended and instantiated by code other than custream runs such a
+//     payload once and then freed memory; a capture the driver discards (a failed end) leaks
+//     it.
+// 10. The other order of that race: the check sees a capture, and before the payload is given
+//     to the capture graph and launched, the capture ends (the launch would then run a
+//     payload the ended graph owns and frees) or a new one begins (a node of one graph owning
+//     a payload held by another). So every cold-path enqueue holds one process-wide mutex
+//     (detail::capture_transitions) from its capture query to its launch, and custream's
+//     begin_capture / end_capture hold it around the driver's begin and end: custream's own
+//     capture transitions cannot fall inside an enqueue. The hot path (not capturing) takes no
+//     lock. Captures begun or ended by other code are not ordered by it (docs/guide.md).
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "context.hpp"
 #include "custream/context_scope.hpp"
@@ -62,6 +83,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
+#include "host_function.hpp"
 
 namespace custream {
 namespace detail {
@@ -222,9 +244,10 @@ void enqueue_in_state(const detail::DriverApi& api, const Stream& s, TaskPtr tas
   }
 }
 
-// Enqueues `task` on `s` (invariant 1).
+// Enqueues `task` on `s` (invariants 1, 10).
 void enqueue(const Stream& s, TaskPtr task, TaskKind kind) {
   const detail::DriverApi& api = detail::api();
+  std::lock_guard<std::mutex> lock(detail::capture_transitions());
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   const CUstreamCaptureStatus status = capture_state(api, s, scope, &graph);
@@ -233,7 +256,103 @@ void enqueue(const Stream& s, TaskPtr task, TaskKind kind) {
 
 }  // namespace
 
+// --- Run-once nodes in graphs (invariant 9) and capture transitions (invariant 10) ---
+
 namespace detail {
+std::mutex& capture_transitions() {
+  static std::mutex* mutex = new std::mutex;  // leaked: no static destructor
+  return *mutex;
+}
+}  // namespace detail
+
+namespace {
+
+// The host nodes of `graph` that run the run-once trampoline, with their payloads.
+struct RunOnceNode {
+  CUgraphNode node;
+  detail::HostTask* task;
+};
+
+std::vector<RunOnceNode> find_run_once_nodes(const detail::DriverApi& api, CUgraph graph) {
+  std::size_t count = 0;
+  detail::check(api.cuGraphGetNodes(graph, nullptr, &count), "cuGraphGetNodes");
+  std::vector<RunOnceNode> found;
+  if (count == 0) return found;
+  std::vector<CUgraphNode> nodes(count);
+  detail::check(api.cuGraphGetNodes(graph, nodes.data(), &count), "cuGraphGetNodes");
+  nodes.resize(count);
+  const auto get_type = detail::require(api.cuGraphNodeGetType, "cuGraphNodeGetType");
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type{};
+    detail::check(get_type(node, &type), "cuGraphNodeGetType");
+    if (type != CU_GRAPH_NODE_TYPE_HOST) continue;
+    CUDA_HOST_NODE_PARAMS params{};
+    detail::check(api.cuGraphHostNodeGetParams(node, &params), "cuGraphHostNodeGetParams");
+    if (params.fn == &detail::run_host_task_once) {
+      found.push_back({node, static_cast<detail::HostTask*>(params.userData)});
+    }
+  }
+  return found;
+}
+
+[[noreturn, gnu::cold]] void fail_on_graph(CUresult r, const char* call, CUgraph graph) {
+  detail::throw_error(r, call, "graph " + detail::pointer_text(graph),
+                      "while making a host function captured by a racing capture "
+                      "graph-owned");
+}
+
+// Moves `n`'s payload to a user object of `graph` and points the node at the replayable
+// trampoline. On failure with `owned` the payload is freed (or owned by the graph, which is
+// destroyed without running); otherwise it stays the run-once node's.
+void own_node(const detail::DriverApi& api, CUgraph graph, const RunOnceNode& n, bool owned) {
+  CUuserObject object = nullptr;
+  if (CUresult r = api.cuUserObjectCreate(&object, n.task, &destroy_task, 1,
+                                          CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+      r != CUDA_SUCCESS) {
+    if (owned) n.task->destroy(n.task);  // the graph never runs
+    fail_on_graph(r, "cuUserObjectCreate", graph);
+  }
+  if (CUresult r = api.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+      r != CUDA_SUCCESS) {
+    // Owned: the graph never runs, so the payload may go with the object. Not owned: its
+    // node could still run the payload once; keep the object (a leak, not a dangling node).
+    if (owned) (void)api.cuUserObjectRelease(object, 1);
+    fail_on_graph(r, "cuGraphRetainUserObject", graph);
+  }
+  n.task->captured = true;
+  const CUDA_HOST_NODE_PARAMS params{&run_captured, n.task};
+  if (CUresult r = api.cuGraphHostNodeSetParams(n.node, &params); r != CUDA_SUCCESS) {
+    fail_on_graph(r, "cuGraphHostNodeSetParams", graph);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void own_run_once_nodes(CUgraph graph, bool owned) {
+  const DriverApi& api = detail::api();
+  const std::vector<RunOnceNode> found = find_run_once_nodes(api, graph);
+  std::size_t moved = 0;
+  try {
+    for (; moved < found.size(); ++moved) own_node(api, graph, found[moved], owned);
+  } catch (...) {
+    // The graph is destroyed without running: free what no user object owns yet.
+    if (owned) {
+      for (std::size_t i = moved + 1; i < found.size(); ++i) found[i].task->destroy(found[i].task);
+    }
+    throw;
+  }
+}
+
+void free_run_once_nodes(CUgraph graph) noexcept {
+  try {
+    for (const RunOnceNode& n : find_run_once_nodes(detail::api(), graph)) {
+      n.task->destroy(n.task);
+    }
+  } catch (...) {  // a failed query: leave them
+  }
+}
 
 void CUDA_CB run_host_task_once(void* p) {
   auto* task = static_cast<HostTask*>(p);
@@ -256,6 +375,7 @@ void Stream::host_task_not_launched(detail::HostTask* raw, CUresult capturing,
     fail(launched, "cuLaunchHostFunc");
   }
   const detail::DriverApi& api = detail::api();
+  std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 10
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   status = finish_capture_state(api, *this, scope, &graph, capturing, status);
@@ -281,6 +401,7 @@ void Stream::add_callback(CUstreamCallback fn, void* arg) const {
                 "the callback is null");
   }
   const detail::DriverApi& api = detail::api();
+  std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 10
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   const CUstreamCaptureStatus status = capture_state(api, *this, scope, &graph);
@@ -301,18 +422,24 @@ void Stream::add_callback(CUstreamCallback fn, void* arg) const {
 
 // --- HostFunctionError and the handler ---
 
-std::string HostFunctionError::message() const {
-  std::string what;
+namespace {
+// "threw: <what()>" for `exception`, or what stands in for it.
+std::string describe_exception(const std::exception_ptr& exception) {
+  if (!exception) return "failed with no exception recorded";
   try {
     std::rethrow_exception(exception);
   } catch (const std::exception& e) {
-    what = std::string("threw: ") + e.what();
+    return std::string("threw: ") + e.what();
   } catch (...) {
-    what = "threw an exception not derived from std::exception";
+    return "threw an exception not derived from std::exception";
   }
+}
+}  // namespace
+
+std::string HostFunctionError::message() const {
   return std::string(captured ? "a captured host function (graph replay) enqueued on "
                               : "a host function enqueued on ") +
-         stream.to_string() + " " + what;
+         stream.to_string() + " " + describe_exception(exception);
 }
 
 HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {

@@ -10,9 +10,8 @@
 //  3. Device and context of a wrapped stream are inferred once, with cuStreamGetCtx only
 //     (capture-safe), never with cuStreamGetDevice / cuStreamQuery (they invalidate a capture).
 //  4. Each thread keeps one current Stream per device in a thread-local array, allocated on
-//     first use; its slots hold references, so a current stream stays alive. A StreamScope's
-//     entry is borrowed (not counted): the scope's stream outlives it (temporaries are
-//     refused), and copies taken from the slot count their own references.
+//     first use; its slots hold references, so a current stream stays alive, also a
+//     StreamScope's entry (the variable it was made from may be reassigned in the scope).
 #pragma once
 
 #include <atomic>

@@ -1,2 +1,237 @@
-// Placeholder: filled by the reliability work of the safety issue.
-#include "catch_compat.hpp"
+// Safety at the edges: a capture that races with a host-function enqueue, the special handles'
+// small-callable path, update cycles, a scope whose variable is reassigned, and an empty
+// HostFunctionError. Each case failed before its fix. Runs on the emulator and on the GPU.
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "custream/capture_scope.hpp"
+#include "custream/current_stream.hpp"
+#include "custream/external_stream.hpp"
+#include "custream/graph.hpp"
+#include "custream/host_function_error.hpp"
+#include "custream/stream.hpp"
+#include "custream/stream_scope.hpp"
+#include "graph_support.hpp"
+
+using custream::CaptureScope;
+using custream::Error;
+using custream::ExternalStream;
+using custream::Graph;
+using custream::Stream;
+using custream_test::eventually;
+using custream_test::Payload;
+using custream_test::Probe;
+using custream_test::raw;
+
+namespace {
+
+// What a capture check that raced with another thread's cuStreamBeginCapture leaves behind:
+// a heap payload launched with the run-once trampoline into the capture.
+void launch_run_once_behind_custreams_back(const Stream& s, std::shared_ptr<Probe> probe) {
+  auto* task = new custream::detail::HostFunctionTask<Payload>(Payload(std::move(probe)));
+  REQUIRE(raw().cuLaunchHostFunc(s.handle(), &custream::detail::run_host_task_once, task) ==
+          CUDA_SUCCESS);
+}
+
+void expect_error(const std::function<void()>& f, CUresult result) {
+  try {
+    f();
+    FAIL("no exception; expected " << custream::result_name(result));
+  } catch (const Error& e) {
+    CHECK(e.name() == custream::result_name(result));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a run-once host node in a capture becomes graph-owned: every replay, freed once",
+          "[gpu][safety][capture][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto probe = std::make_shared<Probe>();
+  std::size_t host_nodes = 0;
+  {
+    s.begin_capture();
+    launch_run_once_behind_custreams_back(s, probe);
+    Graph g = s.end_capture();
+    host_nodes = g.node_count();
+    for (int i = 0; i < 3; ++i) g.launch(s);
+    s.synchronize();
+    CHECK(probe->runs == 3);
+    CHECK(probe->destroyed == 0);  // before the fix: freed by the first replay
+  }
+  CHECK(host_nodes == 1);
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+  CHECK(probe->runs == 3);
+}
+
+TEST_CASE("a run-once host node in a foreign capture is owned by Graph::adopt and Graph::wrap",
+          "[gpu][safety][capture][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  for (const bool adopt : {true, false}) {
+    auto probe = std::make_shared<Probe>();
+    CUgraph graph = nullptr;
+    REQUIRE(raw().cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) ==
+            CUDA_SUCCESS);
+    launch_run_once_behind_custreams_back(s, probe);
+    REQUIRE(raw().cuStreamEndCapture(s.handle(), &graph) == CUDA_SUCCESS);
+    {
+      Graph g = adopt ? Graph::adopt(graph, custream::InstantiateFlags::upload, s)
+                      : Graph::wrap(graph, custream::InstantiateFlags::upload, s);
+      g.launch(s);
+      g.launch(s);
+      s.synchronize();
+      CHECK(probe->runs == 2);
+      CHECK(probe->destroyed == 0);
+    }
+    if (!adopt) {
+      CHECK(probe->destroyed == 0);  // the wrapped graph still holds it
+      REQUIRE(raw().cuGraphDestroy(graph) == CUDA_SUCCESS);
+    }
+    CHECK(eventually([&] { return probe->destroyed == 1; }));
+  }
+}
+
+TEST_CASE("a discarded CaptureScope frees a run-once payload it captured, once",
+          "[gpu][safety][capture][host_function]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto probe = std::make_shared<Probe>();
+  {
+    CaptureScope capture(s);
+    launch_run_once_behind_custreams_back(s, probe);
+  }  // discarded: the node never runs
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+  CHECK(probe->runs == 0);
+  CHECK_FALSE(s.is_capturing());
+}
+
+TEST_CASE("enqueues racing with another thread's captures: every payload freed exactly once",
+          "[gpu][safety][capture][host_function][stress]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto constructed = std::make_shared<std::atomic<long>>(0);
+  auto probe = std::make_shared<Probe>();
+  std::atomic<bool> stop{false};
+  std::atomic<long> enqueued{0}, refused{0};
+  const int rounds = custream_test::emulated() ? 300 : 3000;
+  std::thread enqueuer([&] {
+    while (!stop.load()) {
+      try {
+        s.launch_host_func(Payload(probe));
+        enqueued.fetch_add(1);
+      } catch (const Error&) {  // e.g. an invalidated capture: the payload is destroyed
+        refused.fetch_add(1);
+      }
+    }
+  });
+  long graphs = 0;
+  for (int i = 0; i < rounds; ++i) {
+    s.begin_capture();
+    std::this_thread::yield();
+    Graph g = s.end_capture();
+    g.launch(s);
+    g.launch(s);
+    ++graphs;
+  }
+  stop = true;
+  enqueuer.join();
+  s.synchronize();
+  CHECK(graphs == rounds);
+  // Every payload ran at least once (once uncaptured, twice when captured) and each is
+  // destroyed exactly once, when its graph or its run is done.
+  CHECK(eventually([&] { return probe->destroyed == enqueued.load() + refused.load(); }));
+  CHECK(probe->runs >= enqueued.load());
+}
+
+TEST_CASE("ExternalStream(0) and ExternalStream(legacy): a small callable never invalidates "
+          "another capture",
+          "[gpu][safety][capture][host_function]") {
+  REQUIRE_DRIVER();
+  custream::Device(0).make_current();
+  for (CUstream special : {CUstream{nullptr}, CU_STREAM_LEGACY}) {
+    Stream blocking(false);
+    std::atomic<int> runs{0};
+    std::atomic<int>* counter = &runs;
+    ExternalStream wrapped(special);
+    CHECK(wrapped.is_special());
+    blocking.begin_capture();
+    expect_error([&] { wrapped.launch_host_func([counter]() noexcept { ++*counter; }); },
+                 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CHECK(blocking.is_capturing());  // before the fix: invalidated
+    Graph g = blocking.end_capture();
+    CHECK(runs == 0);
+  }
+}
+
+TEST_CASE("updates in a cycle (a from b, b from a) leak nothing", "[gpu][safety][graph][update]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto p1 = std::make_shared<Probe>(), p2 = std::make_shared<Probe>();
+  auto capture = [&](std::shared_ptr<Probe> probe) {
+    s.begin_capture();
+    s.launch_host_func(Payload(std::move(probe)));
+    return s.end_capture();
+  };
+  {
+    Graph a = capture(p1);
+    Graph b = capture(p2);
+    a.update(b);
+    b.update(a);
+    a.launch(s);
+    b.launch(s);
+    s.synchronize();
+    CHECK(p2->runs == 1);  // a runs b's payload
+    CHECK(p1->runs == 1);  // b runs a's payload
+  }
+  // Before the fix each Graph kept the other: neither was ever destroyed.
+  CHECK(eventually([&] { return p1->destroyed == 1 && p2->destroyed == 1; }));
+}
+
+TEST_CASE("the current stream stays valid when the scoped variable is reassigned",
+          "[gpu][safety][stream][current]") {
+  REQUIRE_DRIVER();
+  custream::Device(0).make_current();
+  CUstream first = nullptr;
+  {
+    Stream s(true);
+    first = s.handle();
+    custream::StreamScope scope(s);
+    s = Stream(true);  // drops the variable's reference to the scoped stream
+    const Stream current = custream::current_stream();
+    CHECK(current.handle() == first);
+    CHECK(raw().cuStreamQuery(current.handle()) == CUDA_SUCCESS);  // not destroyed
+    current.synchronize();
+    s = Stream();  // and the variable's new stream goes too
+    CHECK(custream::current_stream().handle() == first);
+  }
+  CHECK(custream::current_stream() == Stream::null());  // restored
+}
+
+TEST_CASE("the scoped stream is destroyed when the scope and the variable are gone",
+          "[gpu][safety][stream][current][emu-only]") {
+  REQUIRE_EMULATOR();
+  custream::Device(0).make_current();
+  (void)custream::current_stream();  // this thread's slots exist
+  const long live = custream_test::emu_live_objects();
+  {
+    Stream s(true);
+    custream::StreamScope scope(s);
+    s = Stream();
+    CHECK(custream_test::emu_live_objects() == live + 1);  // the scope keeps it
+  }
+  CHECK(custream_test::emu_live_objects() == live);
+}
+
+TEST_CASE("HostFunctionError without an exception describes itself",
+          "[unit][safety][host_function]") {
+  const custream::HostFunctionError error{};
+  const std::string text = error.message();  // before the fix: rethrow_exception(nullptr)
+  CHECK(text.find("no exception") != std::string::npos);
+  CHECK(text.find("<Stream 0x0") != std::string::npos);
+}

@@ -257,7 +257,7 @@ TEST_CASE("copies taken inside a scope keep the stream alive; use() inside a sco
       Stream s(true);
       raw = s.handle();
       StreamScope scope(s);
-      kept = current_stream();  // a counted reference, not the scope's borrowed one
+      kept = current_stream();  // a reference of its own
     }
     CHECK(kept.handle() == raw);
     CHECK(custream::detail::api().cuStreamQuery(raw) == CUDA_SUCCESS);
@@ -267,7 +267,7 @@ TEST_CASE("copies taken inside a scope keep the stream alive; use() inside a sco
     {
       StreamScope scope(b);
       Stream c(false);
-      c.use();  // replaces the borrowed entry with a counted one
+      c.use();  // replaces the scope's entry
       CHECK(current_stream() == c);
     }
     CHECK(current_stream() == a);

@@ -92,7 +92,6 @@ class Stream {
         device_(other.device_),
         kind_(other.kind_),
         non_blocking_(other.non_blocking_),
-        borrowed_(other.borrowed_),
         owner_(other.owner_) {
     other.owner_ = nullptr;
   }
@@ -101,7 +100,6 @@ class Stream {
     if (other.owner_ != nullptr) detail::retain(other.owner_);
     drop();
     assign(other);
-    borrowed_ = false;
     return *this;
   }
   /// Takes over `other`'s reference.
@@ -109,7 +107,6 @@ class Stream {
     if (this != &other) {
       drop();
       assign(other);
-      borrowed_ = other.borrowed_;
       other.owner_ = nullptr;
     }
     return *this;
@@ -231,7 +228,7 @@ class Stream {
   void launch_host_func(F&& f) const {
     using T = std::decay_t<F>;
     if constexpr (detail::fits_in_pointer<T>) {
-      if (kind_ != Kind::special) {
+      if (!is_special()) {  // also ExternalStream(0), ExternalStream(CU_STREAM_LEGACY)
         launch_host_func(&detail::run_in_pointer<T>, detail::to_pointer<T>(f));
         return;
       }
@@ -371,13 +368,6 @@ class Stream {
     return device_for_use_slow(r, current, call);
   }
   [[gnu::cold]] int device_for_use_slow(CUresult r, CUcontext current, const char* call) const;
-  /// Refers to `other`'s stream without counting a reference (StreamScope's slot entry;
-  /// `other` outlives the scope).
-  void borrow(const Stream& other) noexcept {
-    drop();
-    assign(other);
-    borrowed_ = true;
-  }
   /// Runs `call` on the stream; for a special handle with no current context, once more
   /// with the current device's primary context (only on that failure: hot paths pay nothing).
   template <typename Call>
@@ -399,7 +389,7 @@ class Stream {
     owner_ = other.owner_;
   }
   void drop() noexcept {
-    if (owner_ != nullptr && !borrowed_) detail::release(owner_);
+    if (owner_ != nullptr) detail::release(owner_);
   }
 
   CUstream handle_ = nullptr;
@@ -407,7 +397,6 @@ class Stream {
   int device_ = -1;
   Kind kind_ = Kind::special;
   bool non_blocking_ = false;  // created streams only
-  bool borrowed_ = false;      // a StreamScope's slot entry: owner_ not counted
   detail::StreamOwner* owner_ = nullptr;
 };
 

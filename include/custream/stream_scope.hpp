@@ -11,10 +11,11 @@ namespace custream {
 /// restores whatever was current before, also a stream selected with Stream::use() (CuPy
 /// #8377 lost it).
 ///
-/// The scope borrows the stream: it must outlive the scope, which is why a temporary is
-/// refused at compile time. Copies taken with current_stream() inside the scope are full
-/// references that keep the stream alive. Enter + exit cost one cuCtxGetCurrent and no
-/// atomic operation.
+/// The scope holds a reference to the stream, so the current stream stays valid whatever
+/// happens to the variable it was made from (reassigned or destroyed inside the scope). A
+/// temporary is still refused at compile time: `StreamScope s(Stream(true));` is almost
+/// always a mistake. Enter + exit cost one cuCtxGetCurrent, plus one atomic increment and
+/// decrement for a stream custream created (none for wrapped and special streams).
 class StreamScope {
  public:
   /// Makes `stream` current. @throws Error when its device is not the current device
@@ -23,7 +24,7 @@ class StreamScope {
       : device_(stream.device_for_use("custream::StreamScope")) {
     Stream& slot = detail::current_slot(device_);
     previous_ = std::move(slot);
-    slot.borrow(stream);
+    slot = stream;  // counted: the variable `stream` may be reassigned inside the scope
   }
   /// Refused: the scope would outlive a temporary stream.
   explicit StreamScope(Stream&&) = delete;

@@ -135,6 +135,28 @@ CUresult graph_add_event_wait_node(CUgraphNode* ph, CUgraph g, const CUgraphNode
   return add_event_node(ph, g, deps, n, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
 }
 
+CUresult graph_host_node_get_params(CUgraphNode h, CUDA_HOST_NODE_PARAMS* p) {
+  EMU_ENTER("cuGraphHostNodeGetParams");
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Node* n = as_node(h);
+  if (!n || n->work.type != CU_GRAPH_NODE_TYPE_HOST) return CUDA_ERROR_INVALID_VALUE;
+  p->fn = n->work.fn;
+  p->userData = n->work.arg;
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_host_node_set_params(CUgraphNode h, const CUDA_HOST_NODE_PARAMS* p) {
+  EMU_ENTER("cuGraphHostNodeSetParams");
+  if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Node* n = as_node(h);
+  if (!n || n->work.type != CU_GRAPH_NODE_TYPE_HOST) return CUDA_ERROR_INVALID_VALUE;
+  n->work.fn = p->fn;
+  n->work.arg = p->userData;
+  return CUDA_SUCCESS;
+}
+
 CUresult graph_node_get_type(CUgraphNode h, CUgraphNodeType* type) {
   EMU_ENTER("cuGraphNodeGetType");
   if (!type) return CUDA_ERROR_INVALID_VALUE;
@@ -487,6 +509,8 @@ void register_graph_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuGraphAddEventRecordNode, 11010, graph_add_event_record_node),
                  EMU_ENTRY(cuGraphAddEventWaitNode, 11010, graph_add_event_wait_node),
                  EMU_ENTRY(cuGraphNodeGetType, 10000, graph_node_get_type),
+                 EMU_ENTRY(cuGraphHostNodeGetParams, 10000, graph_host_node_get_params),
+                 EMU_ENTRY(cuGraphHostNodeSetParams, 10000, graph_host_node_set_params),
                  EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
                  EMU_ENTRY(cuGraphInstantiateWithFlags, 11040, graph_instantiate_with_flags),
                  EMU_ENTRY(cuGraphInstantiateWithParams, 12000, graph_instantiate_with_params),

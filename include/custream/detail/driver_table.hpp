@@ -85,6 +85,8 @@
   X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                       \
   X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                     \
   X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                              \
+  X(cuGraphHostNodeGetParams, cuGraphHostNodeGetParams, 10000, true)                  \
+  X(cuGraphHostNodeSetParams, cuGraphHostNodeSetParams, 10000, true)                  \
   X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030, false)                          \
   X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, true)           \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, true)                               \
