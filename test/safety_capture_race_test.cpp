@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "custream/capture_scope.hpp"
+#include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
@@ -111,42 +112,68 @@ TEST_CASE("a discarded CaptureScope frees a run-once payload it captured, once",
   CHECK_FALSE(s.is_capturing());
 }
 
-TEST_CASE("enqueues racing with another thread's captures: every payload freed exactly once",
-          "[gpu][safety][capture][host_function][stress]") {
-  REQUIRE_DRIVER();
-  Stream s(true);
-  auto constructed = std::make_shared<std::atomic<long>>(0);
-  auto probe = std::make_shared<Probe>();
+namespace {
+
+// One thread enqueues with `enqueue(s)` (returns true when enqueued, false when refused)
+// while this one begins and ends captures of the same stream and replays each graph twice.
+// Returns the number of enqueues.
+template <typename Enqueue>
+long race_captures_with_enqueues(const Stream& s, Enqueue enqueue) {
   std::atomic<bool> stop{false};
-  std::atomic<long> enqueued{0}, refused{0};
+  std::atomic<long> calls{0};
   const int rounds = custream_test::emulated() ? 300 : 3000;
   std::thread enqueuer([&] {
     while (!stop.load()) {
-      try {
-        s.launch_host_func(Payload(probe));
-        enqueued.fetch_add(1);
-      } catch (const Error&) {  // e.g. an invalidated capture: the payload is destroyed
-        refused.fetch_add(1);
-      }
+      (void)enqueue(s);
+      calls.fetch_add(1);
     }
   });
-  long graphs = 0;
   for (int i = 0; i < rounds; ++i) {
     s.begin_capture();
     std::this_thread::yield();
     Graph g = s.end_capture();
     g.launch(s);
     g.launch(s);
-    ++graphs;
   }
   stop = true;
   enqueuer.join();
   s.synchronize();
-  CHECK(graphs == rounds);
-  // Every payload ran at least once (once uncaptured, twice when captured) and each is
-  // destroyed exactly once, when its graph or its run is done.
-  CHECK(eventually([&] { return probe->destroyed == enqueued.load() + refused.load(); }));
-  CHECK(probe->runs >= enqueued.load());
+  return calls.load();
+}
+
+}  // namespace
+
+TEST_CASE("heap callables racing with another thread's captures: each freed exactly once",
+          "[gpu][safety][capture][host_function][stress]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto probe = std::make_shared<Probe>();
+  const long calls = race_captures_with_enqueues(s, [&](const Stream& st) {
+    try {
+      st.launch_host_func(Payload(probe));
+      return true;
+    } catch (const Error&) {  // e.g. an invalidated capture: the payload is destroyed
+      return false;
+    }
+  });
+  // Each payload ran at least once (once uncaptured, twice when captured) or was refused,
+  // and each is destroyed exactly once, when its run or its graph is done.
+  CHECK(eventually([&] { return probe->destroyed == calls; }));
+  CHECK(probe->runs >= 1);
+}
+
+TEST_CASE("small noexcept callables racing with another thread's captures",
+          "[gpu][safety][capture][host_function][stress]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  static std::atomic<long> runs{0};  // outlives every graph of the test
+  runs = 0;
+  std::atomic<long>* counter = &runs;
+  const long calls = race_captures_with_enqueues(s, [counter](const Stream& st) {
+    st.launch_host_func([counter]() noexcept { counter->fetch_add(1); });
+    return true;
+  });
+  CHECK(runs.load() >= calls);  // uncaptured ones once, captured ones twice
 }
 
 TEST_CASE("ExternalStream(0) and ExternalStream(legacy): a small callable never invalidates "
@@ -234,4 +261,44 @@ TEST_CASE("HostFunctionError without an exception describes itself",
   const std::string text = error.message();  // before the fix: rethrow_exception(nullptr)
   CHECK(text.find("no exception") != std::string::npos);
   CHECK(text.find("<Stream 0x0") != std::string::npos);
+}
+
+TEST_CASE("raw driver: cuLaunchHostFunc racing with another thread's captures (reference)",
+          "[gpu][safety][capture][stress][raw]") {
+  // The same loop with custream out of the picture: a static function, a stable argument,
+  // raw begin/end/instantiate/launch. Tells a driver fault from custream's.
+  REQUIRE_DRIVER();
+  Stream s(true);
+  custream::ContextScope context(s.context());  // instantiation needs a current context
+  const CUstream h = s.handle();
+  static std::atomic<long> runs{0};
+  runs = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0};
+  auto fn = [](void* p) { static_cast<std::atomic<long>*>(p)->fetch_add(1); };
+  std::thread enqueuer([&] {
+    while (!stop.load()) {
+      if (raw().cuLaunchHostFunc(h, fn, &runs) == CUDA_SUCCESS) calls.fetch_add(1);
+    }
+  });
+  const int rounds = custream_test::emulated() ? 300 : 3000;
+  int launched = 0;
+  for (int i = 0; i < rounds; ++i) {
+    REQUIRE(raw().cuStreamBeginCapture(h, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    std::this_thread::yield();
+    CUgraph graph = nullptr;
+    REQUIRE(raw().cuStreamEndCapture(h, &graph) == CUDA_SUCCESS);
+    CUgraphExec exec = nullptr;
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    REQUIRE(raw().cuGraphInstantiateWithParams(&exec, graph, &params) == CUDA_SUCCESS);
+    launched += raw().cuGraphLaunch(exec, h) == CUDA_SUCCESS;
+    launched += raw().cuGraphLaunch(exec, h) == CUDA_SUCCESS;
+    CHECK(raw().cuGraphExecDestroy(exec) == CUDA_SUCCESS);
+    CHECK(raw().cuGraphDestroy(graph) == CUDA_SUCCESS);
+  }
+  stop = true;
+  enqueuer.join();
+  REQUIRE(raw().cuStreamSynchronize(h) == CUDA_SUCCESS);
+  CHECK(launched == 2 * rounds);
+  CHECK(runs.load() >= calls.load());
 }
