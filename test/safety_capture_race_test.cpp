@@ -114,6 +114,18 @@ TEST_CASE("a discarded CaptureScope frees a run-once payload it captured, once",
 
 namespace {
 
+// The CUDA 13.0 driver (580.x) itself crashes (SIGSEGV inside cuLaunchHostFunc,
+// cuMemsetD8Async or cuStreamEndCapture) when one thread enqueues on a stream while another
+// begins or ends a capture of it: the raw-driver probe below, "[.driver-race]", shows it on
+// an H200. So the race loops run on the emulator only; run the probe on a newer driver.
+#define REQUIRE_RACE_SAFE_DRIVER()                                                            \
+  do {                                                                                        \
+    REQUIRE_DRIVER();                                                                         \
+    if (!custream_test::emulated())                                                           \
+      CUSTREAM_SKIP("the CUDA driver crashes when a stream's capture begins or ends while "   \
+                    "another thread enqueues on it (probe: [.driver-race]); emulator only"); \
+  } while (false)
+
 // One thread enqueues with `enqueue(s)` (returns true when enqueued, false when refused)
 // while this one begins and ends captures of the same stream and replays each graph twice.
 // Returns the number of enqueues.
@@ -145,7 +157,7 @@ long race_captures_with_enqueues(const Stream& s, Enqueue enqueue) {
 
 TEST_CASE("heap callables racing with another thread's captures: each freed exactly once",
           "[gpu][safety][capture][host_function][stress]") {
-  REQUIRE_DRIVER();
+  REQUIRE_RACE_SAFE_DRIVER();
   Stream s(true);
   auto probe = std::make_shared<Probe>();
   const long calls = race_captures_with_enqueues(s, [&](const Stream& st) {
@@ -164,7 +176,7 @@ TEST_CASE("heap callables racing with another thread's captures: each freed exac
 
 TEST_CASE("small noexcept callables racing with another thread's captures",
           "[gpu][safety][capture][host_function][stress]") {
-  REQUIRE_DRIVER();
+  REQUIRE_RACE_SAFE_DRIVER();
   Stream s(true);
   static std::atomic<long> runs{0};  // outlives every graph of the test
   runs = 0;
@@ -263,10 +275,12 @@ TEST_CASE("HostFunctionError without an exception describes itself",
   CHECK(text.find("<Stream 0x0") != std::string::npos);
 }
 
-TEST_CASE("raw driver: cuLaunchHostFunc racing with another thread's captures (reference)",
-          "[gpu][safety][capture][stress][raw]") {
+TEST_CASE("raw driver: cuLaunchHostFunc racing with another thread's captures (probe)",
+          "[.driver-race][gpu][safety][capture][stress][raw]") {
   // The same loop with custream out of the picture: a static function, a stable argument,
-  // raw begin/end/instantiate/launch. Tells a driver fault from custream's.
+  // raw begin/end/instantiate/launch. Tells a driver fault from custream's: on the H200 with
+  // driver 580 (CUDA 13.0) it crashes inside cuLaunchHostFunc (also with cuMemsetD8Async in
+  // place of it, and with no replay at all). Hidden: run it by its tag on a new driver.
   REQUIRE_DRIVER();
   Stream s(true);
   custream::ContextScope context(s.context());  // instantiation needs a current context
