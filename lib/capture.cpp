@@ -9,12 +9,16 @@
 //  3. end_capture hands the CUgraph to Graph::adopt at once, so it is destroyed (with every
 //     host-function payload it owns) also when instantiation fails. When cuStreamEndCapture
 //     fails the driver has already discarded the graph and left capture mode.
+//  4. A CaptureScope that began a capture always ends it: end() or, failing that, its
+//     destructor, which discards the graph (freeing the payloads of run-once host nodes in
+//     it, lib/host_function.cpp invariant 9) and never throws. It remembers the capture id:
+//     after a failed end it asks the driver whether that capture still runs (a refused end
+//     from the wrong thread has ended it on the real driver) instead of assuming, and its
+//     destructor never ends a capture that is not the one it began.
 //  5. begin_capture and end_capture hold detail::capture_transitions around the driver call,
 //     so no custream host-function enqueue sees a capture that ends or begins before its
 //     launch (lib/host_function.cpp, invariant 10); the graph an end returns is made
 //     graph-owned for run-once host nodes before instantiation (lib/graph.cpp, invariant 6).
-//  4. A CaptureScope that began a capture always ends it: end() or, failing that, its
-//     destructor, which discards the graph and never throws.
 #include <mutex>
 #include <optional>
 
@@ -154,19 +158,34 @@ unsigned long long Stream::capture_id() const {
 
 // --- CaptureScope (invariant 4) ---
 
+namespace {
+// True while `s` still runs the capture `id` (capture-safe query; a failed query says no:
+// there is nothing custream could end then).
+bool still_capturing(const Stream& s, unsigned long long id) noexcept {
+  const CaptureInfo info = s.capture_info();
+  return info.result == CUDA_SUCCESS && info.status != CaptureStatus::none && info.id == id;
+}
+}  // namespace
+
 CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
   stream_.begin_capture(mode);
   active_ = true;
+  id_ = stream_.capture_info().id;
 }
 
 CaptureScope::~CaptureScope() {
-  if (!active_) return;
+  if (!active_ || !still_capturing(stream_, id_)) return;
   // The driver is loaded (begin_capture succeeded) and never unloaded; errors (e.g.
-  // CUDA_ERROR_DEINITIALIZED at exit, or a capture somebody else already ended) leave
-  // nothing to do.
+  // CUDA_ERROR_DEINITIALIZED at exit) leave nothing to do.
   const detail::DriverApi& api = detail::g_loaded.load(std::memory_order_acquire)->api;
   CUgraph graph = nullptr;
-  if (api.cuStreamEndCapture(stream_.handle(), &graph) == CUDA_SUCCESS && graph != nullptr) {
+  CUresult r = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
+    r = api.cuStreamEndCapture(stream_.handle(), &graph);
+  }
+  if (r == CUDA_SUCCESS && graph != nullptr) {
+    detail::free_run_once_nodes(graph);  // the graph never runs
     (void)api.cuGraphDestroy(graph);
   }
 }
@@ -176,8 +195,16 @@ Graph CaptureScope::end(InstantiateFlags flags) {
     throw Error(CUDA_ERROR_ILLEGAL_STATE, "custream::CaptureScope::end", stream_.to_string(),
                 "the capture was already ended");
   }
-  active_ = false;
-  return stream_.end_capture(flags);
+  try {
+    Graph graph = stream_.end_capture(flags);
+    active_ = false;
+    return graph;
+  } catch (...) {
+    // Ask rather than assume (invariant 4): a refused end (e.g. from the wrong thread) may
+    // have ended the capture or not; while it still runs, the destructor ends it.
+    active_ = still_capturing(stream_, id_);
+    throw;
+  }
 }
 
 }  // namespace custream

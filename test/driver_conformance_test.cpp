@@ -1354,6 +1354,55 @@ TEST_CASE("user object: destructor once, after graph and executable are gone", "
   CHECK(log.threads.back() != me);
 }
 
+namespace {
+// Begins a global capture on `s` and attaches a counting payload to the capture graph.
+void capture_with_payload(CUstream s, std::atomic<int>* destroyed, Log* log) {
+  CU_OK(api().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus st{};
+  CUgraph capture_graph = nullptr;
+  CU_OK(api().cuStreamGetCaptureInfo_v2(s, &st, nullptr, &capture_graph, nullptr, nullptr));
+  CUuserObject obj = nullptr;
+  CU_OK(api().cuUserObjectCreate(&obj, new Payload{destroyed, log}, destroy_payload, 1,
+                                 CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CU_OK(api().cuGraphRetainUserObject(capture_graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+}
+}  // namespace
+
+TEST_CASE("end of a global capture from another thread: wrong thread, and the capture is over",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  std::atomic<int> destroyed{0};
+  Log log;
+  capture_with_payload(s.s, &destroyed, &log);
+  CUresult end = CUDA_SUCCESS;
+  CUgraph g = nullptr;
+  std::thread([&] { end = api().cuStreamEndCapture(s.s, &g); }).join();
+  CHECK(end == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  CHECK(g == nullptr);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CU_OK(api().cuStreamIsCapturing(s.s, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);  // measured on the H200: over, not still running
+  CHECK(wait_until([&] { return destroyed.load() == 1; }));  // the graph was discarded
+  CHECK(api().cuStreamEndCapture(s.s, &g) == CUDA_ERROR_ILLEGAL_STATE);
+}
+
+TEST_CASE("destroying a stream while it captures discards the capture and its user objects",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  std::atomic<int> destroyed{0};
+  Log log;
+  CUstream s = nullptr;
+  CU_OK(api().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  capture_with_payload(s, &destroyed, &log);
+  CU_OK(api().cuStreamDestroy(s));
+  CHECK(wait_until([&] { return destroyed.load() == 1; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(destroyed.load() == 1);
+}
+
 TEST_CASE("destroying graph and executable while a launch is in flight", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;

@@ -1,2 +1,101 @@
-// Placeholder: filled by the reliability work of the safety issue.
-#include "catch_compat.hpp"
+// Where the emulator used to differ from the driver on the H200, and what custream does about
+// it: a capture ended from the wrong thread, a stream destroyed while it captures, an event
+// recorded with another device current. Each case failed before its fix; they run on the
+// emulator and on the GPU (the [emu-only] ones inject faults).
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "custream/capture_scope.hpp"
+#include "custream/current_stream.hpp"
+#include "custream/device.hpp"
+#include "custream/event.hpp"
+#include "custream/graph.hpp"
+#include "custream/stream.hpp"
+#include "graph_support.hpp"
+
+using custream::CaptureMode;
+using custream::CaptureScope;
+using custream::Error;
+using custream::Event;
+using custream::Stream;
+using custream_test::eventually;
+using custream_test::Payload;
+using custream_test::Probe;
+
+TEST_CASE("CaptureScope::end from another thread: wrong thread, and the capture is over",
+          "[gpu][fidelity][capture]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  auto probe = std::make_shared<Probe>();
+  {
+    CaptureScope capture(s, CaptureMode::global);
+    s.launch_host_func(Payload(probe));
+    std::string name;
+    std::thread([&] {
+      try {
+        (void)capture.end();
+      } catch (const Error& e) {
+        name = e.name();
+      }
+    }).join();
+    CHECK(name == "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD");
+    CHECK_FALSE(s.is_capturing());    // before the emulator fix: still capturing
+    CHECK_FALSE(capture.active());    // the scope asked the driver, which says it is over
+    CHECK(eventually([&] { return probe->destroyed == 1; }));  // the graph was discarded
+  }  // the scope has nothing left to end
+  CHECK(probe->destroyed == 1);
+  CHECK(probe->runs == 0);
+  s.begin_capture();  // the stream works again
+  (void)s.end_capture();
+}
+
+TEST_CASE("a failed end that leaves the capture running: the scope's destructor ends it",
+          "[gpu][fidelity][capture][emu-only]") {
+  REQUIRE_EMULATOR();
+  Stream s(true);
+  const long live = custream_test::emu_live_objects();
+  auto probe = std::make_shared<Probe>();
+  {
+    CaptureScope capture(s);
+    s.launch_host_func(Payload(probe));
+    custream_test::emu_fail_call("cuStreamEndCapture", 1, CUDA_ERROR_UNKNOWN);  // no effect
+    CHECK_THROWS_AS(capture.end(), Error);
+    CHECK(s.is_capturing());
+    CHECK(capture.active());  // before the fix: given up, the capture left running
+  }
+  CHECK_FALSE(s.is_capturing());
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+  CHECK(probe->runs == 0);
+  custream_test::expect_emulator_back_to(live);
+}
+
+TEST_CASE("a scope never ends a capture it did not begin", "[gpu][fidelity][capture]") {
+  REQUIRE_DRIVER();
+  Stream s(true);
+  {
+    CaptureScope capture(s);
+    // Somebody else ends this capture and begins another one on the stream.
+    (void)s.end_capture();
+    s.begin_capture();
+  }
+  CHECK(s.is_capturing());  // the second capture is not the scope's
+  (void)s.end_capture();
+}
+
+TEST_CASE("a stream destroyed while it captures frees the captured payloads once",
+          "[gpu][fidelity][capture]") {
+  REQUIRE_DRIVER();
+  const bool emulated = custream_test::emulated();
+  const long live = emulated ? custream_test::emu_live_objects() : 0;
+  auto probe = std::make_shared<Probe>();
+  {
+    Stream s(true);
+    s.begin_capture();
+    s.launch_host_func(Payload(probe));
+  }  // the last reference: cuStreamDestroy while capturing
+  CHECK(eventually([&] { return probe->destroyed == 1; }));  // before the fix: leaked
+  CHECK(probe->runs == 0);
+  if (emulated) custream_test::expect_emulator_back_to(live);
+}

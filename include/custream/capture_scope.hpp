@@ -31,19 +31,22 @@ class CaptureScope {
   CaptureScope(const CaptureScope&) = delete;
   CaptureScope& operator=(const CaptureScope&) = delete;
 
-  /// Ends the capture and instantiates the graph (Stream::end_capture). The scope is done
-  /// afterwards, also when this throws (the stream has left capture mode then too).
+  /// Ends the capture and instantiates the graph (Stream::end_capture). When this throws,
+  /// the scope asks the driver whether its capture still runs (an end refused with
+  /// CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD has ended it on the driver; an injected or
+  /// transient failure may not have): if it does, the destructor ends it.
   /// @throws Error (CUDA_ERROR_ILLEGAL_STATE) when already ended; as Stream::end_capture.
   Graph end(InstantiateFlags flags = InstantiateFlags::upload);
 
   /// The stream being captured.
   const Stream& stream() const noexcept { return stream_; }
-  /// True until end() is called.
+  /// True until end() ended the capture (or found it ended).
   bool active() const noexcept { return active_; }
 
  private:
   Stream stream_;
   bool active_ = false;
+  unsigned long long id_ = 0;  // the capture this scope began
 };
 
 }  // namespace custream

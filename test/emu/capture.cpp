@@ -82,8 +82,12 @@ CUresult stream_end_capture(CUstream h, CUgraph* ph) {
     invalidate(cap.get());
     return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   }
-  if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id())
+  if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id()) {
+    // As on the H200 (driver 580): refused, and yet the capture is over and its graph (with
+    // the user objects it holds) discarded.
+    discard_capture(cap);
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  }
   CUresult result = CUDA_SUCCESS;
   if (cap->invalidated) {
     result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -189,6 +193,13 @@ bool legacy_conflict(Context* ctx, bool invalidates) {
     }
   }
   return conflict;
+}
+
+void discard_capture(const std::shared_ptr<Capture>& c) {
+  std::shared_ptr<Capture> keep = c;  // c may alias a stream's member reset below
+  end_capture_streams(keep);
+  destroy_graph(keep->graph);
+  keep->graph = nullptr;
 }
 
 void end_capture_streams(const std::shared_ptr<Capture>& c) {

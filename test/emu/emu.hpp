@@ -248,6 +248,10 @@ bool legacy_conflict(Context* ctx, bool invalidates = true);
 void invalidate(Capture* c);
 /// Ends capture for every stream of c; c leaves State::captures.
 void end_capture_streams(const std::shared_ptr<Capture>& c);
+/// Ends capture `c` on all its streams and destroys its graph (releasing the user objects
+/// the graph holds), as the driver does when the origin stream is destroyed mid-capture or
+/// a global capture is ended from the wrong thread. Caller holds State::mu.
+void discard_capture(const std::shared_ptr<Capture>& c);
 /// Adds a node to a graph; index assigned; registered as a live node handle.
 Node* add_node(Graph* g, Work w, const std::vector<Node*>& deps);
 /// Destroys a graph object (nodes unregistered, references released).

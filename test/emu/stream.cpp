@@ -156,10 +156,11 @@ CUresult stream_destroy(CUstream h) {
   s.streams.erase(st);
   auto& v = st->ctx->streams;
   v.erase(std::remove(v.begin(), v.end(), st), v.end());
-  if (st->capture) {
+  if (st->capture && st->capture->origin == st) {
+    discard_capture(st->capture);  // as on the H200: the capture and its payloads go
+  } else if (st->capture) {
     invalidate(st->capture.get());
     st->capture->streams.erase(st);
-    if (st->capture->origin == st) st->capture->origin = nullptr;
     st->capture.reset();
   }
   st->destroyed = true;
