@@ -5,9 +5,16 @@
 //     destroys the CUevent (cuEventDestroy needs no current context).
 //  2. The owner (detail::EventOwner, event.hpp) remembers whether any copy recorded the event, so elapsed-time errors can
 //     say "never recorded" instead of the driver's bare CUDA_ERROR_INVALID_HANDLE.
+//  3. An event belongs to the context it was made in (its device's primary context): the
+//     driver refuses to record it on another context's stream. Event::record() with no stream
+//     therefore records a special handle with that context current, never in whatever
+//     context the calling thread has current.
+//  4. The owner is allocated before the CUevent is created, so no failure leaks a handle.
 #include "custream/event.hpp"
 
 #include <atomic>
+#include <cstdint>
+#include <memory>
 
 #include "context.hpp"
 #include "custream/context_scope.hpp"
@@ -48,8 +55,16 @@ unsigned driver_flags(EventFlags flags) {
 }  // namespace
 
 namespace {
-// Refuses interprocess|timing before any driver call; returns `flags`.
+// Refuses unknown bits and interprocess|timing before any driver call; returns `flags`.
 EventFlags checked(EventFlags flags) {
+  constexpr unsigned kKnown = static_cast<unsigned>(EventFlags::blocking_sync | EventFlags::timing |
+                                                    EventFlags::interprocess);
+  if (const unsigned unknown = static_cast<unsigned>(flags) & ~kKnown; unknown != 0) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
+                "unknown EventFlags bits " + detail::pointer_text(reinterpret_cast<void*>(
+                                                 static_cast<std::uintptr_t>(unknown))) +
+                    " (known: blocking_sync, timing, interprocess)");
+  }
   if ((flags & EventFlags::interprocess) != EventFlags::none &&
       (flags & EventFlags::timing) != EventFlags::none) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
@@ -64,15 +79,16 @@ Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flag
 Event::Event(Device device, EventFlags flags) : device_(device.ordinal()), flags_(checked(flags)) {
   const detail::Loaded& l = detail::loaded();
   ContextScope scope(detail::primary_context(l, device_));
+  auto owner = std::make_unique<detail::EventOwner>();  // before the handle: nothing to leak
   if (CUresult r = l.api.cuEventCreate(&handle_, driver_flags(flags)); r != CUDA_SUCCESS) {
     detail::throw_device_error(r, "cuEventCreate", device_);
   }
-  owner_ = new detail::EventOwner;
+  owner_ = owner.release();
   owner_->event = handle_;
 }
 
-Event::Event(CUevent handle, int device, EventFlags flags) noexcept
-    : handle_(handle), device_(device), flags_(flags), owner_(new detail::EventOwner) {
+Event::Event(CUevent handle, int device, EventFlags flags, detail::EventOwner* owner) noexcept
+    : handle_(handle), device_(device), flags_(flags), owner_(owner) {
   owner_->event = handle;
 }
 
@@ -81,11 +97,12 @@ Event Event::open_ipc(const CUipcEventHandle& handle) {
   auto open = detail::require(l.api.cuIpcOpenEventHandle, "cuIpcOpenEventHandle");
   const int device = detail::current_device_ordinal(l);
   ContextScope scope(detail::primary_context(l, device));
+  auto owner = std::make_unique<detail::EventOwner>();  // before the handle: nothing to leak
   CUevent event = nullptr;
   if (CUresult r = open(&event, handle); r != CUDA_SUCCESS) {
     detail::throw_device_error(r, "cuIpcOpenEventHandle", device);
   }
-  return Event(event, device, EventFlags::interprocess);
+  return Event(event, device, EventFlags::interprocess, owner.release());
 }
 
 Event::Event(const Event& other) noexcept
@@ -124,7 +141,14 @@ Event& Event::operator=(Event&& other) noexcept {
   return *this;
 }
 
-void Event::record() { record(current_stream(device_)); }
+void Event::record() {
+  const Stream stream = current_stream(device_);
+  if (!stream.is_special()) return record(stream);
+  // A special handle means "the current context", which may be another device's: record in
+  // the context this event was made in (invariant 3).
+  ContextScope scope(detail::primary_context(detail::loaded(), device_));
+  record(stream);
+}
 
 void Event::record(const Stream& stream) { stream.record(*this); }
 

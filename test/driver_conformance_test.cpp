@@ -1403,6 +1403,28 @@ TEST_CASE("destroying a stream while it captures discards the capture and its us
   CHECK(destroyed.load() == 1);
 }
 
+TEST_CASE("an event cannot be recorded on another device's stream; it can be waited on",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  int n = 0;
+  CU_OK(api().cuDeviceGetCount(&n));
+  if (n < 2) CUSTREAM_SKIP("needs 2 devices");
+  CUevent e1 = nullptr;
+  {
+    PrimaryScope one(1);
+    CU_OK(api().cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+  }
+  {
+    PrimaryScope zero(0);
+    StreamHandle s0(CU_STREAM_NON_BLOCKING);
+    CHECK(api().cuEventRecord(e1, s0.s) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK(api().cuEventRecord(e1, nullptr) == CUDA_ERROR_INVALID_HANDLE);  // device 0's null
+    CHECK(api().cuStreamWaitEvent(s0.s, e1, 0) == CUDA_SUCCESS);
+    CU_OK(api().cuStreamSynchronize(s0.s));
+  }
+  CU_OK(api().cuEventDestroy(e1));
+}
+
 TEST_CASE("destroying graph and executable while a launch is in flight", "[conformance]") {
   REQUIRE_DRIVER_LOADED();
   PrimaryScope scope;

@@ -99,3 +99,36 @@ TEST_CASE("a stream destroyed while it captures frees the captured payloads once
   CHECK(probe->runs == 0);
   if (emulated) custream_test::expect_emulator_back_to(live);
 }
+
+TEST_CASE("Event::record() records on its own device, whatever device is current",
+          "[gpu][fidelity][event][multi]") {
+  REQUIRE_DRIVER();
+  if (custream::Device::count() < 2) CUSTREAM_SKIP("needs 2 devices; this machine has 1");
+  std::atomic<bool> release{false};
+  std::atomic<bool>* flag = &release;
+  custream::Device(1).make_current();
+  // Device 1's null stream waits until released.
+  Stream::null().launch_host_func([flag] {
+    while (!flag->load()) std::this_thread::yield();
+  });
+  Event e(custream::Device(1));
+  custream::Device(0).make_current();
+  e.record();  // before the fix: on device 0's null stream (the driver refuses it there)
+  Stream::null().synchronize();  // device 0's null stream: a record there would be done now
+  CHECK_FALSE(e.done());         // device 1's work is still blocked
+  release = true;
+  e.synchronize();
+  CHECK(e.done());
+}
+
+TEST_CASE("Event refuses flag bits it does not know, before any driver call",
+          "[gpu][fidelity][event]") {
+  REQUIRE_DRIVER();
+  try {
+    Event e(static_cast<custream::EventFlags>(0x80));
+    FAIL("accepted unknown flags");
+  } catch (const Error& err) {
+    CHECK(err.name() == "CUDA_ERROR_INVALID_VALUE");
+    CHECK(std::string(err.what()).find("0x80") != std::string::npos);
+  }
+}

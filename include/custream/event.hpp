@@ -49,8 +49,8 @@ void retain(EventOwner* owner) noexcept;
 class Event {
  public:
   /// Creates an event on the current device. Interprocess events must not keep timing.
-  /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing, before any driver
-  /// call; Error on a driver failure.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing or bits outside
+  /// EventFlags, before any driver call; Error on a driver failure.
   explicit Event(EventFlags flags = EventFlags::none);
   /// Creates an event on `device`; see Event(EventFlags).
   explicit Event(Device device, EventFlags flags = EventFlags::none);
@@ -77,7 +77,9 @@ class Event {
   /// The flags it was created with.
   EventFlags flags() const noexcept { return flags_; }
 
-  /// Records the event on the current stream of its device. @throws Error on failure.
+  /// Records the event on the current stream of its device. When that is a special handle
+  /// (the null stream by default), it is recorded with the event's device current, not
+  /// whatever device is current in this thread. @throws Error on failure.
   void record();
   /// Records the event on `stream`. @throws Error on failure (naming the stream).
   void record(const Stream& stream);
@@ -108,7 +110,9 @@ class Event {
 
  private:
   friend class Stream;
-  Event(CUevent handle, int device, EventFlags flags) noexcept;
+  /// Takes `owner` (allocated before `handle` was made, so a failed allocation leaks no
+  /// handle).
+  Event(CUevent handle, int device, EventFlags flags, detail::EventOwner* owner) noexcept;
   void mark_recorded() const noexcept {
     if (owner_ != nullptr && !owner_->recorded.load(std::memory_order_relaxed)) {
       owner_->recorded.store(true, std::memory_order_relaxed);

@@ -61,6 +61,9 @@ CUresult event_record_impl(CUevent h, CUstream hs) {
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(hs, &st)) return r;
+  // As on the H200: an event made in one context cannot be recorded on another context's
+  // stream (waiting on it from another context is allowed).
+  if (e->ctx != nullptr && st->ctx != e->ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (st->capture) {
     // Recording in a capture marks the capture position; it creates no node (fork point).
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
