@@ -2,11 +2,13 @@
 #include "driver.hpp"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <link.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
@@ -98,7 +100,7 @@ const Loaded* try_load(LoaderState& state) {
   if (gpa != nullptr) {
     loaded->library = "(application-supplied cuGetProcAddress)";
   } else {
-    const char* env = std::getenv("CUSTREAM_LIBCUDA");
+    const char* env = secure_getenv("CUSTREAM_LIBCUDA");  // ignored in setuid programs
     std::string path = env != nullptr && env[0] != '\0' ? env : "libcuda.so.1";
     dlerror();
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -135,6 +137,12 @@ const Loaded* try_load(LoaderState& state) {
     state.failure = Error(r, "cuDeviceGetCount", {});
     return nullptr;
   }
+  if (loaded->device_count < 0) {
+    state.failure = Error(CUDA_ERROR_UNKNOWN, "cuDeviceGetCount", {},
+                          "the CUDA driver " + loaded->library + " reported " +
+                              std::to_string(loaded->device_count) + " devices");
+    return nullptr;
+  }
   loaded->devices = std::make_unique<DeviceSlot[]>(loaded->device_count);
   for (int i = 0; i < loaded->device_count; ++i) {
     if (CUresult r = api.cuDeviceGet(&loaded->devices[i].device, i); r != CUDA_SUCCESS) {
@@ -153,9 +161,18 @@ const Loaded& load() {
   if (const Loaded* l = g_loaded.load(std::memory_order_acquire)) return *l;
   if (!state.attempted) {
     state.attempted = true;
-    if (const Loaded* l = try_load(state)) {
-      g_loaded.store(l, std::memory_order_release);
-      return *l;
+    try {
+      if (const Loaded* l = try_load(state)) {
+        g_loaded.store(l, std::memory_order_release);
+        return *l;
+      }
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc: recorded like any failure
+      state.failure = load_failure(CUDA_ERROR_UNKNOWN, std::string("loading the CUDA driver failed: ") + e.what());
+    } catch (...) {
+      state.failure = load_failure(CUDA_ERROR_UNKNOWN, "loading the CUDA driver failed");
+    }
+    if (!state.failure) {  // invariant 1: every failed attempt leaves its reason
+      state.failure = load_failure(CUDA_ERROR_UNKNOWN, "loading the CUDA driver failed");
     }
   }
   throw *state.failure;
@@ -209,7 +226,16 @@ void use_driver_entry_point(PFN_cuGetProcAddress_v12000 get_proc_address) {
   std::lock_guard<std::mutex> lock(state.mutex);
   if (state.attempted) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
-                "the driver was already loaded; call this before any other custream function");
+                state.failure ? "the driver load was already attempted and failed (" +
+                                    std::string(state.failure->what()) +
+                                    "); call this before any other custream function"
+                              : "the driver was already loaded; call this before any other "
+                                "custream function");
+  }
+  if (state.user_get_proc_address == get_proc_address) return;  // the same one again
+  if (state.user_get_proc_address != nullptr) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                "another cuGetProcAddress was already handed over; custream uses one");
   }
   state.user_get_proc_address = get_proc_address;
 }

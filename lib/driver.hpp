@@ -2,8 +2,9 @@
 // custream/detail/driver.hpp).
 //
 // Design note — invariants:
-//  1. The driver is loaded at most once per process, under one mutex; a failure is recorded
-//     and re-thrown by every later call, never retried.
+//  1. The driver is loaded at most once per process, under one mutex; a failure (of any
+//     kind, also an exception that is not a custream::Error) is recorded and re-thrown by
+//     every later call, never retried.
 //  2. After a successful load, g_loaded points to a Loaded that is never freed and never
 //     changes (except the primary-context slots, which go from null to a retained context
 //     exactly once). Hot paths read it with one acquire load and no lock.

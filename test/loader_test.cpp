@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "custream/current_stream.hpp"
 #include "custream/device.hpp"
+#include "custream/event.hpp"
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
 #include "custream/stream.hpp"
@@ -145,4 +147,61 @@ TEST_CASE("primary contexts are retained exactly once across threads", "[loader-
     CUcontext again = nullptr;  // Give custream its reference back.
     REQUIRE(api.cuDevicePrimaryCtxRetain(&again, device.handle()) == CUDA_SUCCESS);
   }
+}
+
+TEST_CASE("a driver reporting -1 devices: a clear error, twice", "[loader-negative-count]") {
+  // Before: std::length_error escaped the first load and the second call dereferenced an
+  // empty failure record (SIGSEGV).
+  const std::string what = expect_load_failure(CUDA_ERROR_UNKNOWN);
+  CHECK(contains_text(what, "reported -1 devices") == "reported -1 devices");
+  try {
+    custream::use_driver_entry_point(
+        reinterpret_cast<PFN_cuGetProcAddress_v12000>(&custream::driver_available));
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(contains_text(e.what(), "attempted and failed") == "attempted and failed");
+  }
+}
+
+TEST_CASE("no device: every call that needs one says so, nothing reads past the end",
+          "[loader-no-devices]") {
+  // Before: a special handle with no current context read device 0's slot of an empty array
+  // (AddressSanitizer: heap-buffer-overflow).
+  REQUIRE(custream::driver_available());
+  REQUIRE(custream::Device::count() == 0);
+  auto expect_no_device = [](auto&& call) {
+    try {
+      call();
+      FAIL("no throw");
+    } catch (const custream::Error& e) {
+      CHECK(e.name() == "CUDA_ERROR_NO_DEVICE");
+    }
+  };
+  expect_no_device([] { (void)custream::Device::current(); });
+  expect_no_device([] { (void)custream::current_stream(); });
+  expect_no_device([] { custream::Stream::null().synchronize(); });
+  expect_no_device([] { (void)custream::Stream::null().done(); });
+  expect_no_device([] { (void)custream::Stream(true); });
+  expect_no_device([] { (void)custream::Event(); });
+  expect_no_device([] { custream::Stream::legacy().launch_host_func([] {}); });
+  expect_no_device([] { custream::Stream::per_thread().begin_capture(); });
+  CHECK_THROWS_AS(custream::Device(0), custream::Error);
+}
+
+TEST_CASE("the same cuGetProcAddress twice is fine; another one is refused",
+          "[loader-user-entry-point-twice]") {
+  void* fake = dlopen(std::getenv("CUSTREAM_FAKE_DRIVER"), RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(fake != nullptr);
+  auto gpa = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(fake, "cuGetProcAddress_v2"));
+  REQUIRE(gpa != nullptr);
+  custream::use_driver_entry_point(gpa);
+  custream::use_driver_entry_point(gpa);  // before: silently replaced; now a no-op
+  try {
+    custream::use_driver_entry_point(
+        reinterpret_cast<PFN_cuGetProcAddress_v12000>(&custream::driver_available));
+    FAIL("a second, different entry point was accepted");
+  } catch (const custream::Error& e) {
+    CHECK(contains_text(e.what(), "already handed over") == "already handed over");
+  }
+  CHECK(custream::Device::count() == 3);  // the first one is in use
 }

@@ -28,9 +28,11 @@ bool driver_available() noexcept;
 
 /// Hands custream the application's own `cuGetProcAddress` (for example one obtained from a
 /// driver the application loaded itself); custream then never opens libcuda on its own.
-/// Must be called before anything loads the driver.
-/// @throws Error (CUDA_ERROR_INVALID_VALUE) for a null pointer, or when the driver was
-/// already loaded (or a load was already attempted).
+/// Must be called before anything loads the driver; handing over the same pointer again
+/// before that is a no-op.
+/// @throws Error (CUDA_ERROR_INVALID_VALUE) for a null pointer, when another pointer was
+/// handed over already, or when the driver was already loaded (or a load was attempted and
+/// failed: the message says why it failed).
 void use_driver_entry_point(PFN_cuGetProcAddress_v12000 get_proc_address);
 
 }  // namespace custream

@@ -2,6 +2,7 @@
 //   missing-symbol    every entry but cuGraphExecUpdate
 //   init-fails        cuInit returns CUDA_ERROR_NO_DEVICE
 //   optional-missing  every entry but cuStreamGetId
+//   negative-count    cuDeviceGetCount reports -1 devices
 //   (anything else)   every entry; driver 12.3.45, three devices
 // Only cuInit, cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet and the primary-context
 // calls do anything; every other entry is a stub returning CUDA_ERROR_NOT_SUPPORTED.
@@ -26,7 +27,7 @@ CUresult CUDAAPI driver_version(int* v) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI device_count(int* n) {
-  *n = 3;
+  *n = std::strcmp(mode(), "negative-count") == 0 ? -1 : 3;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI device_get(CUdevice* d, int ordinal) {

@@ -62,16 +62,21 @@ inline int known_primary_device(const Loaded& l, CUcontext context) noexcept {
 /// @throws Error.
 int device_of_context(CUcontext context);
 
+/// Throws the error for a device ordinal out of [0, count) (CUDA_ERROR_NO_DEVICE when the
+/// count is 0, else CUDA_ERROR_INVALID_DEVICE).
+[[noreturn, gnu::cold]] void throw_bad_ordinal(int ordinal, int count);
+
 /// The current device for `current` (the thread's current context): its device, or 0 when
-/// it is null. @throws Error.
+/// it is null. @throws Error (CUDA_ERROR_NO_DEVICE when it is null and there is no device).
 inline int device_of_current(const Loaded& l, CUcontext current) {
-  if (current == nullptr) return 0;
+  if (current == nullptr) {
+    if (l.device_count == 0) throw_bad_ordinal(0, 0);  // no device 0 to default to
+    return 0;
+  }
   const int ordinal = known_primary_device(l, current);
   return ordinal >= 0 ? ordinal : device_of_context(current);
 }
 
-/// Throws the error for a device ordinal out of [0, count).
-[[noreturn, gnu::cold]] void throw_bad_ordinal(int ordinal, int count);
 /// Throws Error for `call` failing with `result`, about nothing in particular.
 [[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call);
 
