@@ -35,14 +35,19 @@
 //     nothing, so destroying it cannot destroy the stream).
 //  6. The handler is a leaked, mutex-guarded std::function: no static destructor runs before
 //     a late host function reports, and installing one is thread-safe.
-//  7. Tasks of up to HostTask::kPooledBytes are recycled: any thread frees a block by pushing
-//     it on one lock-free stack (a CAS, release); an allocating thread pops from its own
-//     list and, when that is empty, takes the whole shared stack with one exchange (acquire;
-//     taking everything at once has no ABA problem). A thread's list goes back to the shared
-//     stack when the thread ends; a thread that allocates after that (a late thread_local
-//     destructor) gets a block of its own, which joins the pool when freed. Blocks are never
-//     returned to the OS: the pool is as large as the most tasks ever in flight at once,
-//     rounded up to slabs, plus what threads hold in their lists.
+//  7. Tasks of up to HostTask::kPooledBytes are recycled (lib/host_task_pool.cpp). Any thread
+//     frees a block by pushing it on one lock-free stack (a CAS, release). An allocating
+//     thread pops from its own list; when that is empty it takes one batch of at most
+//     kPoolBatch blocks under a mutex: a stored batch, else the whole freed stack (one
+//     exchange, acquire: no pop, so no ABA problem) cut into batches, else a new slab. So a
+//     thread holds at most kPoolBatch blocks (an idle worker that enqueued once keeps 8 KiB,
+//     not the whole pool), and its list goes back as one batch when the thread ends, walking
+//     at most that many. A thread that allocates after that (a late thread_local destructor)
+//     gets a plain block, which joins the pool when freed. Blocks are never returned to the
+//     OS: the pool is as large as the most tasks ever in flight at once, rounded up to slabs,
+//     plus at most kPoolBatch per thread. Under AddressSanitizer nothing is pooled (plain
+//     aligned new/delete), so a use after free is reported instead of reading a recycled
+//     block.
 //  8. Blocks are cache-line aligned and a whole number of lines long (carved from slabs of
 //     kSlabBlocks), so no two blocks share a line. Popping a block prefetches the next one
 //     for writing: the driver's thread wrote it last (it ran that task and freed it), and

@@ -24,9 +24,22 @@ struct PoolBlock {
 /// This thread's free blocks. Initial-exec TLS: no __tls_get_addr call, also from a shared
 /// libcustream.
 extern thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec")));
-/// Refills this thread's list (from the blocks other threads freed, or a new slab) and
-/// returns one block. @throws std::bad_alloc.
+/// Refills this thread's list with one batch of at most kPoolBatch blocks (freed ones, or a
+/// new slab) and returns one block. @throws std::bad_alloc.
 [[gnu::cold]] void* pool_refill();
+/// The most blocks a refill hands a thread, so the most a thread holds (invariant 7).
+inline constexpr std::size_t kPoolBatch = 64;
+
+/// What the pool holds (for tests and diagnostics).
+struct PoolStats {
+  std::size_t thread_held = 0;  ///< blocks in the calling thread's list
+  std::size_t shared = 0;       ///< free blocks no thread holds
+  std::size_t slabs = 0;        ///< slabs allocated so far (never freed)
+  bool pooled = true;           ///< false under AddressSanitizer: every task is plain new/delete
+};
+/// A snapshot of the pool. Walks this thread's list and the shared lists (a diagnostic, not
+/// for hot paths).
+PoolStats pool_stats() noexcept;
 
 /// Asks for the cache line at `p` in a writable state, without waiting for it.
 inline void prefetch_for_write(const void* p) noexcept {
@@ -75,8 +88,8 @@ struct HostTask {
     return ::operator new(size, align);
   }
   /// Over-aligned callables bypass the pool.
-  static void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept {
-    ::operator delete(p, size, align);
+  static void operator delete(void* p, std::size_t, std::align_val_t align) noexcept {
+    ::operator delete(p, align);  // not the sized form: clang has it only with -fsized-deallocation
   }
 
   Invoke invoke;
