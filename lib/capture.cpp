@@ -107,7 +107,10 @@ Graph Stream::end_capture(InstantiateFlags flags) const {
   }
   if (r != CUDA_SUCCESS) {
     // The driver returns no graph on failure (invariant 3); be safe if one came anyway.
-    if (graph != nullptr) (void)api.cuGraphDestroy(graph);
+    if (graph != nullptr) {
+      detail::report_release_failure(api.cuGraphDestroy(graph), "cuGraphDestroy", "graph",
+                                     graph);
+    }
     detail::throw_error(r, "cuStreamEndCapture", to_string(), end_capture_advice(r));
   }
   scope.reset();
@@ -186,7 +189,7 @@ CaptureScope::~CaptureScope() {
   }
   if (r == CUDA_SUCCESS && graph != nullptr) {
     detail::free_run_once_nodes(graph);  // the graph never runs
-    (void)api.cuGraphDestroy(graph);
+    detail::report_release_failure(api.cuGraphDestroy(graph), "cuGraphDestroy", "graph", graph);
   }
 }
 

@@ -78,8 +78,11 @@ ContextScope::ContextScope(CUcontext context) {
 ContextScope::~ContextScope() {
   // The driver is loaded (the constructor succeeded) and never unloaded. A failure here can
   // only be CUDA_ERROR_DEINITIALIZED during teardown; there is nothing to restore then.
-  if (switched_)
-    (void)detail::g_loaded.load(std::memory_order_acquire)->api.cuCtxSetCurrent(previous_);
+  if (switched_) {
+    detail::report_release_failure(
+        detail::g_loaded.load(std::memory_order_acquire)->api.cuCtxSetCurrent(previous_),
+        "cuCtxSetCurrent", "context (restoring it)", previous_);
+  }
 }
 
 }  // namespace custream

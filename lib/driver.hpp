@@ -47,6 +47,13 @@ std::string pointer_text(const void* p);
 [[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call, std::string subject,
                                          std::string detail = {});
 
+/// Reports `result` of a release call (`call` on the `what` at `handle`, e.g.
+/// "cuStreamDestroy", "stream", h) to the release-error handler, unless it is CUDA_SUCCESS or
+/// CUDA_ERROR_DEINITIALIZED. For destructors and cleanup paths: never throws, and allocates
+/// only on failure.
+void report_release_failure(CUresult result, const char* call, const char* what,
+                            const void* handle) noexcept;
+
 /// Checks a driver result: throws throw_error(result, call) unless CUDA_SUCCESS.
 inline void check(CUresult result, const char* call) {
   if (result != CUDA_SUCCESS) throw_error(result, call);

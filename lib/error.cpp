@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <string>
 
+#include "custream/release_error_handler.hpp"
 #include "driver.hpp"
+#include "handler_slot.hpp"
 #include "result_names.hpp"
 
 namespace custream {
@@ -86,6 +88,46 @@ void throw_stream_error(CUresult result, const char* call, CUstream stream, int 
 
 void throw_error(CUresult result, const char* call, std::string subject, std::string detail) {
   throw Error(result, call, std::move(subject), std::move(detail));
+}
+
+}  // namespace detail
+}  // namespace custream
+
+// --- Release errors: failures destructors cannot throw ---
+
+namespace custream {
+
+std::string ReleaseError::message() const {
+  return call + "(" + subject + ") failed in a destructor: " + result_name(result) + " (" +
+         description_of(result) + ")";
+}
+
+ReleaseErrorHandler set_release_error_handler(ReleaseErrorHandler handler) {
+  return detail::HandlerSlot<ReleaseErrorHandler>::instance().exchange(std::move(handler));
+}
+
+void default_release_error_handler(const ReleaseError& error) noexcept {
+  try {
+    const std::string text = "custream: " + error.message() + "\n";
+    std::fputs(text.c_str(), stderr);
+  } catch (...) {
+    std::fputs("custream: a driver call failed in a destructor (no memory to describe it)\n",
+               stderr);
+  }
+}
+
+namespace detail {
+
+void report_release_failure(CUresult result, const char* call, const char* what,
+                            const void* handle) noexcept {
+  if (result == CUDA_SUCCESS || result == CUDA_ERROR_DEINITIALIZED) return;
+  try {
+    const ReleaseError error{result, call, std::string(what) + " " + pointer_text(handle)};
+    HandlerSlot<ReleaseErrorHandler>::instance().report(&default_release_error_handler, error);
+  } catch (...) {
+    std::fputs("custream: a driver call failed in a destructor (no memory to describe it)\n",
+               stderr);
+  }
 }
 
 }  // namespace detail

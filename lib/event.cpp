@@ -32,7 +32,8 @@ void retain(EventOwner* owner) noexcept {
 void release(EventOwner* owner) noexcept {
   if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   // Loaded and never unloaded; CUDA_ERROR_DEINITIALIZED at exit leaves nothing to do.
-  (void)g_loaded.load(std::memory_order_acquire)->api.cuEventDestroy(owner->event);
+  report_release_failure(g_loaded.load(std::memory_order_acquire)->api.cuEventDestroy(owner->event),
+                         "cuEventDestroy", "event", owner->event);
   delete owner;
 }
 

@@ -58,7 +58,9 @@ struct GraphSource {
   GraphSource& operator=(const GraphSource&) = delete;
   ~GraphSource() {
     const Loaded* l = g_loaded.load(std::memory_order_acquire);
-    if (owned && l != nullptr) (void)l->api.cuGraphDestroy(graph);  // invariant 5
+    if (owned && l != nullptr) {  // invariant 5
+      report_release_failure(l->api.cuGraphDestroy(graph), "cuGraphDestroy", "graph", graph);
+    }
   }
 };
 
@@ -77,7 +79,10 @@ void retain(GraphOwner* owner) noexcept {
 void release(GraphOwner* owner) noexcept {
   if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (const Loaded* l = g_loaded.load(std::memory_order_acquire)) {  // invariants 1, 5
-    if (owner->exec != nullptr) (void)l->api.cuGraphExecDestroy(owner->exec);
+    if (owner->exec != nullptr) {
+      report_release_failure(l->api.cuGraphExecDestroy(owner->exec), "cuGraphExecDestroy",
+                             "executable graph", owner->exec);
+    }
   }
   delete owner;  // then the graphs: its own and those of updates, once nothing else has them
 }
@@ -221,7 +226,10 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, const Strea
     g.owner_ = new detail::GraphOwner;
     g.owner_->source = std::move(source);  // from here on g destroys the graph, also on failure
   } catch (...) {
-    if (owned) (void)detail::api().cuGraphDestroy(graph);  // invariant 2
+    if (owned) {  // invariant 2
+      detail::report_release_failure(detail::api().cuGraphDestroy(graph), "cuGraphDestroy",
+                                     "graph", graph);
+    }
     throw;
   }
   g.graph_ = graph;
@@ -242,7 +250,10 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, const Strea
   CUgraphExec exec = nullptr;
   const CUresult r = l.api.cuGraphInstantiateWithParams(&exec, graph, &params);
   if (r != CUDA_SUCCESS || params.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
-    if (r == CUDA_SUCCESS && exec != nullptr) (void)l.api.cuGraphExecDestroy(exec);
+    if (r == CUDA_SUCCESS && exec != nullptr) {
+      detail::report_release_failure(l.api.cuGraphExecDestroy(exec), "cuGraphExecDestroy",
+                                     "executable graph", exec);
+    }
     const bool uploading = (flags & InstantiateFlags::upload) != InstantiateFlags::none;
     throw GraphInstantiateError(
         r == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : r, params.result_out, params.hErrNode_out,
@@ -265,7 +276,10 @@ Graph Graph::adopt(CUgraph graph, InstantiateFlags flags) {
     stream = current();
   } catch (...) {  // owned from the call on (invariant 2)
     const detail::Loaded* l = detail::g_loaded.load(std::memory_order_acquire);
-    if (graph != nullptr && l != nullptr) (void)l->api.cuGraphDestroy(graph);
+    if (graph != nullptr && l != nullptr) {
+      detail::report_release_failure(l->api.cuGraphDestroy(graph), "cuGraphDestroy", "graph",
+                                     graph);
+    }
     throw;
   }
   return make(graph, true, flags, stream);

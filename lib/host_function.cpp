@@ -33,8 +33,8 @@
 //  5. Trampolines catch every exception a callable throws and hand it to the handler; they
 //     and the user-object destructor never call the driver (a task's view of its stream owns
 //     nothing, so destroying it cannot destroy the stream).
-//  6. The handler is a leaked, mutex-guarded std::function: no static destructor runs before
-//     a late host function reports, and installing one is thread-safe.
+//  6. The handler lives in a detail::HandlerSlot (lib/handler_slot.hpp): leaked, so no static
+//     destructor runs before a late host function reports, and installing one is thread-safe.
 //  7. Tasks of up to HostTask::kPooledBytes are recycled (lib/host_task_pool.cpp). Any thread
 //     frees a block by pushing it on one lock-free stack (a CAS, release). An allocating
 //     thread pops from its own list; when that is empty it takes one batch of at most
@@ -88,6 +88,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
+#include "handler_slot.hpp"
 #include "host_function.hpp"
 
 namespace custream {
@@ -109,32 +110,10 @@ namespace {
 
 // --- The error handler (invariant 6) ---
 
-struct HandlerState {
-  std::mutex mutex;
-  HostFunctionErrorHandler handler;
-};
-
-HandlerState& handler_state() {
-  static HandlerState* state = new HandlerState;  // leaked on purpose
-  return *state;
-}
+using HandlerSlot = detail::HandlerSlot<HostFunctionErrorHandler>;
 
 void report(const HostFunctionError& error) noexcept {
-  try {
-    HostFunctionErrorHandler handler;
-    {
-      HandlerState& state = handler_state();
-      std::lock_guard<std::mutex> lock(state.mutex);
-      handler = state.handler;
-    }
-    if (handler) {
-      handler(error);
-    } else {
-      default_host_function_error_handler(error);
-    }
-  } catch (...) {
-    std::fputs("custream: the host-function error handler threw; exception dropped\n", stderr);
-  }
+  HandlerSlot::instance().report(&default_host_function_error_handler, error);
 }
 
 // --- Trampolines: run on the driver's host-function thread (invariant 5) ---
@@ -195,7 +174,8 @@ void launch_captured(const detail::DriverApi& api, const Stream& s, TaskPtr task
   if (CUresult r = api.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
       r != CUDA_SUCCESS) {
     // Still ours: dropping the reference runs the destructor (on a driver thread).
-    (void)api.cuUserObjectRelease(object, 1);
+    detail::report_release_failure(api.cuUserObjectRelease(object, 1), "cuUserObjectRelease",
+                                   "user object", object);
     fail(r, "cuGraphRetainUserObject", s, "the host function was not enqueued; it is destroyed");
   }
   if (CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw); r != CUDA_SUCCESS) {
@@ -321,7 +301,10 @@ void own_node(const detail::DriverApi& api, CUgraph graph, const RunOnceNode& n,
       r != CUDA_SUCCESS) {
     // Owned: the graph never runs, so the payload may go with the object. Not owned: its
     // node could still run the payload once; keep the object (a leak, not a dangling node).
-    if (owned) (void)api.cuUserObjectRelease(object, 1);
+    if (owned) {
+      detail::report_release_failure(api.cuUserObjectRelease(object, 1), "cuUserObjectRelease",
+                                     "user object", object);
+    }
     fail_on_graph(r, "cuGraphRetainUserObject", graph);
   }
   n.task->captured = true;
@@ -448,10 +431,7 @@ std::string HostFunctionError::message() const {
 }
 
 HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {
-  HandlerState& state = handler_state();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  std::swap(state.handler, handler);
-  return handler;
+  return HandlerSlot::instance().exchange(std::move(handler));
 }
 
 void default_host_function_error_handler(const HostFunctionError& error) noexcept {

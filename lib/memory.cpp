@@ -57,9 +57,11 @@ void DeviceBuffer::reset() noexcept {
   // context; errors (CUDA_ERROR_DEINITIALIZED at exit, a dead context) leave nothing to do.
   const detail::DriverApi& api = detail::g_loaded.load(std::memory_order_acquire)->api;
   if (ordered_) {
-    (void)api.cuMemFreeAsync(ptr_, stream_.handle());
+    detail::report_release_failure(api.cuMemFreeAsync(ptr_, stream_.handle()), "cuMemFreeAsync",
+                                   "device allocation", reinterpret_cast<const void*>(ptr_));
   } else {
-    (void)api.cuMemFree(ptr_);
+    detail::report_release_failure(api.cuMemFree(ptr_), "cuMemFree", "device allocation",
+                                   reinterpret_cast<const void*>(ptr_));
   }
   ptr_ = 0;
   bytes_ = 0;

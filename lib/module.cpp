@@ -45,8 +45,12 @@ void release(ModuleOwner* owner) noexcept {
     const bool known = l->api.cuCtxGetCurrent(&previous) == CUDA_SUCCESS;
     const bool switched = known && previous != owner->context &&
                           l->api.cuCtxSetCurrent(owner->context) == CUDA_SUCCESS;
-    (void)l->api.cuModuleUnload(owner->module);
-    if (switched) (void)l->api.cuCtxSetCurrent(previous);
+    report_release_failure(l->api.cuModuleUnload(owner->module), "cuModuleUnload", "module",
+                           owner->module);
+    if (switched) {
+      report_release_failure(l->api.cuCtxSetCurrent(previous), "cuCtxSetCurrent",
+                             "context (restoring it)", previous);
+    }
   }
   delete owner;
 }
@@ -85,7 +89,8 @@ Module Module::load(const void* image, int device_id, const char* what) {
   try {
     m.owner_ = new detail::ModuleOwner;
   } catch (...) {
-    (void)l.api.cuModuleUnload(module);
+    detail::report_release_failure(l.api.cuModuleUnload(module), "cuModuleUnload", "module",
+                                   module);
     throw;
   }
   m.owner_->module = module;

@@ -21,7 +21,9 @@ void release(StreamOwner* owner) noexcept {
   if (owner->destroy != nullptr) {
     // The driver is loaded (the stream was created through it) and never unloaded; at exit
     // it may answer CUDA_ERROR_DEINITIALIZED, which leaves nothing to do (invariant 2).
-    (void)g_loaded.load(std::memory_order_acquire)->api.cuStreamDestroy(owner->destroy);
+    report_release_failure(
+        g_loaded.load(std::memory_order_acquire)->api.cuStreamDestroy(owner->destroy),
+        "cuStreamDestroy", "stream", owner->destroy);
   }
   delete owner;
 }

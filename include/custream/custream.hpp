@@ -24,5 +24,7 @@
 #include "custream/instantiate_flags.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
+#include "custream/release_error.hpp"
+#include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
