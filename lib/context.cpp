@@ -9,9 +9,8 @@
 namespace custream::detail {
 
 CUcontext retain_primary_context(const Loaded& l, int ordinal) {
-  static std::mutex* mutex = new std::mutex;  // Leaked: no static destructors (driver.hpp).
-  std::lock_guard<std::mutex> lock(*mutex);
   DeviceSlot& slot = l.devices[ordinal];
+  std::lock_guard<std::mutex> lock(slot.retain_mutex);  // per device
   if (CUcontext c = slot.primary.load(std::memory_order_acquire)) return c;
   CUcontext c = nullptr;
   if (CUresult r = l.api.cuDevicePrimaryCtxRetain(&c, slot.device); r != CUDA_SUCCESS) {

@@ -1,6 +1,7 @@
 // custream::Stream and ExternalStream. Invariants: stream.hpp.
 #include "stream.hpp"
 
+#include <memory>
 #include <ostream>
 
 #include "context.hpp"
@@ -47,17 +48,28 @@ Stream::Stream(Device device, bool non_blocking, int priority)
   context_ = detail::primary_context(l, device_);
   ContextScope scope(context_);
   const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+  auto owner = std::make_unique<detail::StreamOwner>();  // first: a failure leaks no handle
   if (CUresult r = l.api.cuStreamCreateWithPriority(&handle_, flags, priority); r != CUDA_SUCCESS) {
     detail::throw_error(
         r, "cuStreamCreateWithPriority", "device " + std::to_string(device_),
         "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
   }
-  owner_ = new detail::StreamOwner;
+  owner_ = owner.release();
   owner_->destroy = handle_;
 }
 
 Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
     : handle_(handle), kind_(Kind::external) {
+  if (is_special() && device_id != -1) {
+    const int count = detail::loaded().device_count;
+    if (device_id < 0 || device_id >= count) detail::throw_bad_ordinal(device_id, count);
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", to_string(),
+                "a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) has no device of "
+                "its own: it is the current context's at each use, so device " +
+                    std::to_string(device_id) +
+                    " cannot be checked or kept; pass -1, and make the device current "
+                    "(custream::DeviceScope) where the stream is used");
+  }
   if (!is_special()) {
     // Infer once, capture-safely (invariant 3).
     const detail::Loaded& l = detail::loaded();

@@ -11,6 +11,7 @@
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
 #include "custream/event.hpp"
+#include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
@@ -130,5 +131,22 @@ TEST_CASE("Event refuses flag bits it does not know, before any driver call",
   } catch (const Error& err) {
     CHECK(err.name() == "CUDA_ERROR_INVALID_VALUE");
     CHECK(std::string(err.what()).find("0x80") != std::string::npos);
+  }
+}
+
+TEST_CASE("ExternalStream of a special handle takes no device id", "[gpu][fidelity][external]") {
+  REQUIRE_DRIVER();
+  auto expect = [](CUstream h, int id, const char* name) {
+    try {
+      custream::ExternalStream s(h, id);
+      FAIL("accepted device " << id);
+    } catch (const Error& e) {
+      CHECK(e.name() == name);
+    }
+  };
+  for (CUstream h : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    expect(h, 99, "CUDA_ERROR_INVALID_DEVICE");  // before: accepted silently
+    expect(h, 0, "CUDA_ERROR_INVALID_VALUE");
+    CHECK(custream::ExternalStream(h, -1).device_id() == -1);
   }
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "custream/detail/driver_table.hpp"
@@ -15,6 +16,8 @@ struct DeviceSlot {
   CUdevice device = 0;
   /// The retained primary context; null until first needed (invariant 2).
   std::atomic<CUcontext> primary{nullptr};
+  /// Serialises this device's first retain only: retaining device 1 never waits for device 0.
+  std::mutex retain_mutex;
 };
 
 /// Everything that exists once the driver is loaded.

@@ -24,10 +24,12 @@
 ///   version:    ABI version requested (selects PFN_<symbol>_v<version>)
 ///   required:   true when custream cannot load without it
 /// The ABI version is also the first driver version that has the entry (error messages).
+/// An entry is required only when the library itself calls it; entries only tests, tools or
+/// benchmarks call are optional, so a driver without them still loads.
 #define CUSTREAM_DRIVER_ENTRIES(X)                                                     \
   X(cuInit, cuInit, 2000, true)                                                        \
   X(cuDriverGetVersion, cuDriverGetVersion, 2020, true)                                \
-  X(cuGetErrorName, cuGetErrorName, 6000, true)                                        \
+  X(cuGetErrorName, cuGetErrorName, 6000, false)                                        \
   X(cuGetErrorString, cuGetErrorString, 6000, true)                                    \
   X(cuDeviceGetCount, cuDeviceGetCount, 2000, true)                                    \
   X(cuDeviceGet, cuDeviceGet, 2000, true)                                              \
@@ -35,16 +37,16 @@
   X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, true)                            \
   X(cuDeviceTotalMem, cuDeviceTotalMem, 3020, true)                                    \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, true)                    \
-  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, true)                 \
+  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, false)                 \
   X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, true)                \
   X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, true)                                      \
   X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, true)                                      \
   X(cuCtxGetDevice, cuCtxGetDevice, 2000, true)                                        \
   X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, false)                                   \
-  X(cuCtxPushCurrent, cuCtxPushCurrent, 4000, true)                                    \
-  X(cuCtxPopCurrent, cuCtxPopCurrent, 4000, true)                                      \
-  X(cuCtxSynchronize, cuCtxSynchronize, 2000, true)                                    \
-  X(cuStreamCreate, cuStreamCreate, 2000, true)                                        \
+  X(cuCtxPushCurrent, cuCtxPushCurrent, 4000, false)                                    \
+  X(cuCtxPopCurrent, cuCtxPopCurrent, 4000, false)                                      \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000, false)                                    \
+  X(cuStreamCreate, cuStreamCreate, 2000, false)                                        \
   X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, true)                \
   X(cuStreamDestroy, cuStreamDestroy, 4000, true)                                      \
   X(cuStreamGetCtx, cuStreamGetCtx, 9020, true)                                        \
@@ -62,7 +64,7 @@
   X(cuStreamEndCapture, cuStreamEndCapture, 10000, true)                               \
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, true)                             \
   X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 11030, true)                       \
-  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, true) \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, false) \
   X(cuEventCreate, cuEventCreate, 2000, true)                                          \
   X(cuEventDestroy, cuEventDestroy, 4000, true)                                        \
   X(cuEventRecord, cuEventRecord, 2000, true)                                          \
@@ -80,8 +82,8 @@
   X(cuMemcpyAsync, cuMemcpyAsync, 4000, true)                                          \
   X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, true)                                  \
   X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, true)                                  \
-  X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, true)                                  \
-  X(cuGraphCreate, cuGraphCreate, 10000, true)                                         \
+  X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, false)                                  \
+  X(cuGraphCreate, cuGraphCreate, 10000, false)                                         \
   X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                       \
   X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                     \
   X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                              \
