@@ -168,28 +168,46 @@ bool still_capturing(const Stream& s, unsigned long long id) noexcept {
   const CaptureInfo info = s.capture_info();
   return info.result == CUDA_SUCCESS && info.status != CaptureStatus::none && info.id == id;
 }
-}  // namespace
 
-CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
-  stream_.begin_capture(mode);
-  active_ = true;
-  id_ = stream_.capture_info().id;
-}
-
-CaptureScope::~CaptureScope() {
-  if (!active_ || !still_capturing(stream_, id_)) return;
-  // The driver is loaded (begin_capture succeeded) and never unloaded; errors (e.g.
-  // CUDA_ERROR_DEINITIALIZED at exit) leave nothing to do.
+// Ends the capture of `s` and destroys its graph, freeing the payloads of run-once nodes in
+// it (the graph never runs). Never throws: the driver is loaded (a capture began) and never
+// unloaded; a failed end (e.g. CUDA_ERROR_DEINITIALIZED at exit) leaves nothing to do.
+void discard_capture(const Stream& s) noexcept {
   const detail::DriverApi& api = detail::g_loaded.load(std::memory_order_acquire)->api;
   CUgraph graph = nullptr;
   CUresult r = CUDA_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
-    r = api.cuStreamEndCapture(stream_.handle(), &graph);
+    r = api.cuStreamEndCapture(s.handle(), &graph);
   }
+  detail::report_release_failure(r, "cuStreamEndCapture", "stream", s.handle());
   if (r == CUDA_SUCCESS && graph != nullptr) {
-    detail::free_run_once_nodes(graph);  // the graph never runs
+    detail::free_run_once_nodes(graph);
     detail::report_release_failure(api.cuGraphDestroy(graph), "cuGraphDestroy", "graph", graph);
+  }
+}
+}  // namespace
+
+CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
+  stream_.begin_capture(mode);
+  const CaptureInfo info = stream_.capture_info();
+  if (info.result != CUDA_SUCCESS) {  // no id to guard the end with: end it now, and say why
+    discard_capture(stream_);
+    detail::throw_error(info.result, "cuStreamGetCaptureInfo", stream_.to_string(),
+                        "the capture custream::CaptureScope began is ended again");
+  }
+  active_ = true;
+  id_ = info.id;
+}
+
+CaptureScope::~CaptureScope() {
+  if (!active_) return;
+  const CaptureInfo info = stream_.capture_info();
+  if (info.result != CUDA_SUCCESS) {  // unknown whether it is ours: leave it, and say so
+    detail::report_release_failure(info.result, "cuStreamGetCaptureInfo", "stream",
+                                   stream_.handle());
+  } else if (info.status != CaptureStatus::none && info.id == id_) {
+    discard_capture(stream_);
   }
 }
 

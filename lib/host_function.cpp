@@ -338,7 +338,11 @@ void free_run_once_nodes(CUgraph graph) noexcept {
     for (const RunOnceNode& n : find_run_once_nodes(detail::api(), graph)) {
       n.task->destroy(n.task);
     }
-  } catch (...) {  // a failed query: leave them
+  } catch (const Error& e) {  // a failed query: leave them (a leak, never a dangling node)
+    report_release_failure(e.result(), "cuGraphGetNodes", "graph (its run-once host nodes)",
+                           graph);
+  } catch (...) {
+    report_release_failure(CUDA_ERROR_OUT_OF_MEMORY, "custream::Graph", "graph", graph);
   }
 }
 

@@ -24,7 +24,7 @@ std::mutex& capture_transitions();
 
 /// Frees the payloads of run-once host nodes of `graph`, a graph about to be destroyed
 /// without ever being instantiated (a discarded capture). Never throws; a failed query
-/// leaves them (a leak, never a dangling node).
+/// leaves them (a leak, never a dangling node) and is reported to the release-error handler.
 void free_run_once_nodes(CUgraph graph) noexcept;
 
 }  // namespace custream::detail

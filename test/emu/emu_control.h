@@ -25,6 +25,14 @@ void custream_emu_set_sticky_error(CUresult result);
 /* Clears pending injections and the sticky error. */
 void custream_emu_reset(void);
 
+/* Starts (on != 0) or stops counting the calls of every driver entry point, clearing the
+ * counts either way. Each call counts under its base name, every ABI version together, also
+ * a call that an injected fault or the sticky error fails. */
+void custream_emu_count_calls(int on);
+
+/* The calls of entry point `name` counted since custream_emu_count_calls(1). */
+long custream_emu_call_count(const char* name);
+
 /* Number of live user-visible objects: streams, events, graphs (user-owned), executable
  * graphs, user objects (not yet destroyed) and device allocations. */
 long custream_emu_live_objects(void);

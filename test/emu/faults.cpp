@@ -17,6 +17,9 @@ struct Faults {
   CUresult sticky = CUDA_SUCCESS;
   // name -> list of (calls left before failing, result)
   std::map<std::string, std::vector<std::pair<int, CUresult>>> pending;
+  // Calls per entry point while counting (custream_emu_count_calls).
+  bool counting = false;
+  std::map<std::string, long> counts;
 };
 
 Faults& faults() {
@@ -58,6 +61,7 @@ CUresult check_fault(const char* name) noexcept {
   Faults& f = faults();
   if (!f.any.load(std::memory_order_acquire)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lk(f.mu);
+  if (f.counting) ++f.counts[name];
   if (f.sticky != CUDA_SUCCESS) return f.sticky;
   auto it = f.pending.find(name);
   if (it == f.pending.end()) return CUDA_SUCCESS;
@@ -74,7 +78,7 @@ CUresult check_fault(const char* name) noexcept {
     }
   }
   if (v.empty()) f.pending.erase(it);
-  if (f.pending.empty() && f.sticky == CUDA_SUCCESS) f.any.store(false);
+  if (f.pending.empty() && f.sticky == CUDA_SUCCESS && !f.counting) f.any.store(false);
   return hit;
 }
 
@@ -96,7 +100,7 @@ EMU_EXPORT void custream_emu_set_sticky_error(CUresult result) {
   emu::Faults& f = emu::faults();
   std::lock_guard<std::mutex> lk(f.mu);
   f.sticky = result;
-  f.any.store(result != CUDA_SUCCESS || !f.pending.empty());
+  f.any.store(result != CUDA_SUCCESS || !f.pending.empty() || f.counting);
 }
 
 EMU_EXPORT void custream_emu_reset(void) {
@@ -104,7 +108,22 @@ EMU_EXPORT void custream_emu_reset(void) {
   std::lock_guard<std::mutex> lk(f.mu);
   f.sticky = CUDA_SUCCESS;
   f.pending.clear();
-  f.any.store(false);
+  f.any.store(f.counting);
+}
+
+EMU_EXPORT void custream_emu_count_calls(int on) {
+  emu::Faults& f = emu::faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  f.counting = on != 0;
+  f.counts.clear();
+  f.any.store(f.counting || f.sticky != CUDA_SUCCESS || !f.pending.empty());
+}
+
+EMU_EXPORT long custream_emu_call_count(const char* name) {
+  emu::Faults& f = emu::faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  auto it = f.counts.find(name ? name : "");
+  return it == f.counts.end() ? 0 : it->second;
 }
 
 EMU_EXPORT long custream_emu_live_objects(void) { return emu::state().live.load(); }
