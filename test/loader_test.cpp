@@ -11,9 +11,9 @@
 #include "catch_compat.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
-#include "custream/event.hpp"
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
+#include "custream/event.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
 
@@ -59,6 +59,12 @@ std::string expect_load_failure(CUresult expected) {
   }
   CHECK(*destroyed == 1);  // the moved-from temporary holds no count
   return first;
+}
+
+// A cuGetProcAddress that is not the first one handed over.
+CUresult CUDAAPI another_get_proc_address(const char*, void**, int, cuuint64_t,
+                                          CUdriverProcAddressQueryResult*) {
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 }  // namespace
@@ -155,8 +161,7 @@ TEST_CASE("a driver reporting -1 devices: a clear error, twice", "[loader-negati
   const std::string what = expect_load_failure(CUDA_ERROR_UNKNOWN);
   CHECK(contains_text(what, "reported -1 devices") == "reported -1 devices");
   try {
-    custream::use_driver_entry_point(
-        reinterpret_cast<PFN_cuGetProcAddress_v12000>(&custream::driver_available));
+    custream::use_driver_entry_point(&another_get_proc_address);
     FAIL("no throw");
   } catch (const custream::Error& e) {
     CHECK(contains_text(e.what(), "attempted and failed") == "attempted and failed");
@@ -197,8 +202,7 @@ TEST_CASE("the same cuGetProcAddress twice is fine; another one is refused",
   custream::use_driver_entry_point(gpa);
   custream::use_driver_entry_point(gpa);  // before: silently replaced; now a no-op
   try {
-    custream::use_driver_entry_point(
-        reinterpret_cast<PFN_cuGetProcAddress_v12000>(&custream::driver_available));
+    custream::use_driver_entry_point(&another_get_proc_address);
     FAIL("a second, different entry point was accepted");
   } catch (const custream::Error& e) {
     CHECK(contains_text(e.what(), "already handed over") == "already handed over");
