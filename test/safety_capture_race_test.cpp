@@ -171,7 +171,6 @@ TEST_CASE("heap callables racing with another thread's captures: each freed exac
   // Each payload ran at least once (once uncaptured, twice when captured) or was refused,
   // and each is destroyed exactly once, when its run or its graph is done.
   CHECK(eventually([&] { return probe->destroyed == calls; }));
-  CHECK(probe->runs >= 1);
 }
 
 TEST_CASE("small noexcept callables racing with another thread's captures",
