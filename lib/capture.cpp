@@ -13,8 +13,9 @@
 //     destructor, which discards the graph (freeing the payloads of run-once host nodes in
 //     it, lib/host_function.cpp invariant 9) and never throws. It remembers the capture id:
 //     after a failed end it asks the driver whether that capture still runs (a refused end
-//     from the wrong thread has ended it on the real driver) instead of assuming, and its
-//     destructor never ends a capture that is not the one it began.
+//     from the wrong thread has ended it on the real driver; an injected fault has not)
+//     instead of assuming. A failed query leaves the scope active, so its destructor asks
+//     again; the destructor never ends a capture that is not the one it began.
 //  5. begin_capture and end_capture hold detail::capture_transitions around the driver call,
 //     so no custream host-function enqueue sees a capture that ends or begins before its
 //     launch (lib/host_function.cpp, invariant 10); the graph an end returns is made
@@ -108,8 +109,7 @@ Graph Stream::end_capture(InstantiateFlags flags) const {
   if (r != CUDA_SUCCESS) {
     // The driver returns no graph on failure (invariant 3); be safe if one came anyway.
     if (graph != nullptr) {
-      detail::report_release_failure(api.cuGraphDestroy(graph), "cuGraphDestroy", "graph",
-                                     graph);
+      detail::report_release_failure(api.cuGraphDestroy(graph), "cuGraphDestroy", "graph", graph);
     }
     detail::throw_error(r, "cuStreamEndCapture", to_string(), end_capture_advice(r));
   }
@@ -162,13 +162,6 @@ unsigned long long Stream::capture_id() const {
 // --- CaptureScope (invariant 4) ---
 
 namespace {
-// True while `s` still runs the capture `id` (capture-safe query; a failed query says no:
-// there is nothing custream could end then).
-bool still_capturing(const Stream& s, unsigned long long id) noexcept {
-  const CaptureInfo info = s.capture_info();
-  return info.result == CUDA_SUCCESS && info.status != CaptureStatus::none && info.id == id;
-}
-
 // Ends the capture of `s` and destroys its graph, freeing the payloads of run-once nodes in
 // it (the graph never runs). Never throws: the driver is loaded (a capture began) and never
 // unloaded; a failed end (e.g. CUDA_ERROR_DEINITIALIZED at exit) leaves nothing to do.
@@ -179,6 +172,15 @@ void discard_capture(const Stream& s) noexcept {
   {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
     r = api.cuStreamEndCapture(s.handle(), &graph);
+    if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {  // the special-handle retry
+      try {
+        std::optional<ContextScope> scope;
+        r = detail::retry_on_current_device(
+            r, true, scope, [&] { return api.cuStreamEndCapture(s.handle(), &graph); });
+      } catch (const Error& e) {  // no context could be made current
+        r = e.result();
+      }
+    }
   }
   detail::report_release_failure(r, "cuStreamEndCapture", "stream", s.handle());
   if (r == CUDA_SUCCESS && graph != nullptr) {
@@ -190,14 +192,13 @@ void discard_capture(const Stream& s) noexcept {
 
 CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
   stream_.begin_capture(mode);
-  const CaptureInfo info = stream_.capture_info();
-  if (info.result != CUDA_SUCCESS) {  // no id to guard the end with: end it now, and say why
+  try {
+    id_ = stream_.capture_id();  // throws the failing call's own error
+  } catch (...) {                // no id to guard the end with: end the capture now
     discard_capture(stream_);
-    detail::throw_error(info.result, "cuStreamGetCaptureInfo", stream_.to_string(),
-                        "the capture custream::CaptureScope began is ended again");
+    throw;
   }
   active_ = true;
-  id_ = info.id;
 }
 
 CaptureScope::~CaptureScope() {
@@ -222,8 +223,10 @@ Graph CaptureScope::end(InstantiateFlags flags) {
     return graph;
   } catch (...) {
     // Ask rather than assume (invariant 4): a refused end (e.g. from the wrong thread) may
-    // have ended the capture or not; while it still runs, the destructor ends it.
-    active_ = still_capturing(stream_, id_);
+    // have ended the capture or not. While it still runs, or when the driver cannot say, the
+    // scope stays responsible and its destructor asks again.
+    const CaptureInfo info = stream_.capture_info();
+    active_ = info.result != CUDA_SUCCESS || (info.status != CaptureStatus::none && info.id == id_);
     throw;
   }
 }

@@ -75,8 +75,9 @@ ContextScope::ContextScope(CUcontext context) {
 }
 
 ContextScope::~ContextScope() {
-  // The driver is loaded (the constructor succeeded) and never unloaded. A failure here can
-  // only be CUDA_ERROR_DEINITIALIZED during teardown; there is nothing to restore then.
+  // The driver is loaded (the constructor succeeded) and never unloaded. A failure leaves the
+  // wrong context current: the release-error handler hears of it (except
+  // CUDA_ERROR_DEINITIALIZED during teardown, when there is nothing left to restore).
   if (switched_) {
     detail::report_release_failure(
         detail::g_loaded.load(std::memory_order_acquire)->api.cuCtxSetCurrent(previous_),

@@ -6,8 +6,8 @@
 
 namespace custream {
 
-void detail::throw_bad_ordinal(int ordinal, int count) {
-  throw Error(count == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_ERROR_INVALID_DEVICE, "custream::Device",
+void detail::throw_bad_ordinal(int ordinal, int count, const char* call) {
+  throw Error(count == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_ERROR_INVALID_DEVICE, call,
               "device " + std::to_string(ordinal),
               count == 0 ? std::string("the driver reports no device")
                          : "the driver reports " + std::to_string(count) +

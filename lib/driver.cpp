@@ -2,8 +2,8 @@
 #include "driver.hpp"
 
 #include <dlfcn.h>
-#include <stdlib.h>
 #include <link.h>
+#include <stdlib.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -166,14 +166,21 @@ const Loaded& load() {
         g_loaded.store(l, std::memory_order_release);
         return *l;
       }
+    } catch (const Error& e) {
+      state.failure = e;
     } catch (const std::exception& e) {  // e.g. std::bad_alloc: recorded like any failure
-      state.failure = load_failure(CUDA_ERROR_UNKNOWN, std::string("loading the CUDA driver failed: ") + e.what());
+      state.failure = load_failure(CUDA_ERROR_UNKNOWN,
+                                   std::string("loading the CUDA driver failed: ") + e.what());
     } catch (...) {
       state.failure = load_failure(CUDA_ERROR_UNKNOWN, "loading the CUDA driver failed");
     }
-    if (!state.failure) {  // invariant 1: every failed attempt leaves its reason
-      state.failure = load_failure(CUDA_ERROR_UNKNOWN, "loading the CUDA driver failed");
-    }
+    // Recording the reason can itself run out of memory and throw from a handler above;
+    // the attempt still counts, and the next call records the reason below.
+  }
+  if (!state.failure) {  // invariant 1: every failed attempt leaves a reason
+    state.failure = load_failure(CUDA_ERROR_OUT_OF_MEMORY,
+                                 "loading the CUDA driver failed: out of memory (the first "
+                                 "attempt could not record its reason; it is not retried)");
   }
   throw *state.failure;
 }
@@ -225,12 +232,14 @@ void use_driver_entry_point(PFN_cuGetProcAddress_v12000 get_proc_address) {
   detail::LoaderState& state = detail::loader_state();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (state.attempted) {
+    const bool loaded = detail::g_loaded.load(std::memory_order_acquire) != nullptr;
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
-                state.failure ? "the driver load was already attempted and failed (" +
-                                    std::string(state.failure->what()) +
-                                    "); call this before any other custream function"
-                              : "the driver was already loaded; call this before any other "
-                                "custream function");
+                loaded ? std::string("the driver was already loaded; call this before any "
+                                     "other custream function")
+                       : "the driver load was already attempted and failed (" +
+                             (state.failure ? std::string(state.failure->what())
+                                            : std::string("out of memory")) +
+                             "); call this before any other custream function");
   }
   if (state.user_get_proc_address == get_proc_address) return;  // the same one again
   if (state.user_get_proc_address != nullptr) {

@@ -4,10 +4,14 @@
 // Design note — invariants:
 //  1. The driver is loaded at most once per process, under one mutex; a failure (of any
 //     kind, also an exception that is not a custream::Error) is recorded and re-thrown by
-//     every later call, never retried.
+//     every later call, never retried. When even recording the reason runs out of memory
+//     (std::bad_alloc leaves the first call), the next call records CUDA_ERROR_OUT_OF_MEMORY.
 //  2. After a successful load, g_loaded points to a Loaded that is never freed and never
 //     changes (except the primary-context slots, which go from null to a retained context
-//     exactly once). Hot paths read it with one acquire load and no lock.
+//     exactly once, under that device's own lock: a first retain never waits for another
+//     device's). Hot paths read it with one acquire load and no lock. A negative device
+//     count is a failed load; with 0 devices, nothing indexes the (empty) slots: "the current
+//     device" with no current context is CUDA_ERROR_NO_DEVICE, not device 0.
 //  3. Nothing here has a static destructor: the library is never dlclose'd, and no driver
 //     call runs at process exit.
 #pragma once

@@ -3,8 +3,9 @@
 // Design note — invariants:
 //  1. An Event is {handle, device, flags, owner}; copies share the owner, whose last release
 //     destroys the CUevent (cuEventDestroy needs no current context).
-//  2. The owner (detail::EventOwner, event.hpp) remembers whether any copy recorded the event, so elapsed-time errors can
-//     say "never recorded" instead of the driver's bare CUDA_ERROR_INVALID_HANDLE.
+//  2. The owner (detail::EventOwner, event.hpp) remembers whether any copy recorded the
+//     event, so elapsed-time errors can say "never recorded" instead of the driver's bare
+//     CUDA_ERROR_INVALID_HANDLE.
 //  3. An event belongs to the context it was made in (its device's primary context): the
 //     driver refuses to record it on another context's stream. Event::record() with no stream
 //     therefore records a special handle with that context current, never in whatever
@@ -61,10 +62,11 @@ EventFlags checked(EventFlags flags) {
   constexpr unsigned kKnown = static_cast<unsigned>(EventFlags::blocking_sync | EventFlags::timing |
                                                     EventFlags::interprocess);
   if (const unsigned unknown = static_cast<unsigned>(flags) & ~kKnown; unknown != 0) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
-                "unknown EventFlags bits " + detail::pointer_text(reinterpret_cast<void*>(
-                                                 static_cast<std::uintptr_t>(unknown))) +
-                    " (known: blocking_sync, timing, interprocess)");
+    throw Error(
+        CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
+        "unknown EventFlags bits " +
+            detail::pointer_text(reinterpret_cast<void*>(static_cast<std::uintptr_t>(unknown))) +
+            " (known: blocking_sync, timing, interprocess)");
   }
   if ((flags & EventFlags::interprocess) != EventFlags::none &&
       (flags & EventFlags::timing) != EventFlags::none) {

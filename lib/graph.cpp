@@ -227,8 +227,8 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, const Strea
     g.owner_->source = std::move(source);  // from here on g destroys the graph, also on failure
   } catch (...) {
     if (owned) {  // invariant 2
-      detail::report_release_failure(detail::api().cuGraphDestroy(graph), "cuGraphDestroy",
-                                     "graph", graph);
+      detail::report_release_failure(detail::api().cuGraphDestroy(graph), "cuGraphDestroy", "graph",
+                                     graph);
     }
     throw;
   }

@@ -35,26 +35,36 @@
 //     nothing, so destroying it cannot destroy the stream).
 //  6. The handler lives in a detail::HandlerSlot (lib/handler_slot.hpp): leaked, so no static
 //     destructor runs before a late host function reports, and installing one is thread-safe.
-//  7. Tasks of up to HostTask::kPooledBytes are recycled (lib/host_task_pool.cpp). Any thread
-//     frees a block by pushing it on one lock-free stack (a CAS, release). An allocating
-//     thread pops from its own list; when that is empty it takes one batch of at most
-//     kPoolBatch blocks under a mutex: a stored batch, else the whole freed stack (one
-//     exchange, acquire: no pop, so no ABA problem) cut into batches, else a new slab. So a
-//     thread holds at most kPoolBatch blocks (an idle worker that enqueued once keeps 8 KiB,
-//     not the whole pool), and its list goes back as one batch when the thread ends, walking
-//     at most that many. A thread that allocates after that (a late thread_local destructor)
-//     gets a plain block, which joins the pool when freed. Blocks are never returned to the
-//     OS: the pool is as large as the most tasks ever in flight at once, rounded up to slabs,
-//     plus at most kPoolBatch per thread. Under AddressSanitizer nothing is pooled (plain
-//     aligned new/delete), so a use after free is reported instead of reading a recycled
-//     block.
+//  7. Tasks of up to HostTask::kPooledBytes are recycled (lib/host_task_pool.cpp) in
+//     batches of at most kPoolBatch (64) blocks. An allocating thread pops its own list
+//     (inline, no atomic); when that is empty it pops one whole batch from a shared lock-free
+//     stack of batches, under a mutex (one popper at a time: no ABA problem; once per batch,
+//     and O(1)), else carves a new slab. A freeing thread (the driver's, mostly) adds the
+//     block to its own partial batch (no atomic) and pushes that batch with one CAS (release;
+//     never blocks) when it is full. So no thread holds more than kPoolBatch - 1 blocks to
+//     allocate plus kPoolBatch - 1 freed ones (an idle worker that enqueued once keeps
+//     < 8 KiB, not the pool), no step walks a list, and when a thread ends it gives both
+//     back as batches, walking only its own list (< kPoolBatch blocks, to count it). A thread
+//     that allocates or frees after that (a late thread_local destructor) gets a plain block
+//     that joins the pool when freed, and frees a block as a batch of one. Blocks are never
+//     returned to the OS: a slab's blocks scatter over batches and threads, and giving one
+//     back would need every free to count per slab (an atomic on the driver's thread) or a
+//     sweep of every list. The pool stays at the most tasks ever in flight at once, rounded
+//     up to batches, plus < 2 × kPoolBatch per thread that allocates or frees tasks; its
+//     slabs come from mappings of its own, not from malloc, so they never pin free malloc
+//     memory between them (H200, a 200k-block pool: malloc'd slabs kept 12 MiB more resident
+//     after malloc_trim than the pool's own 24 MiB; mapped ones, nothing more). Under
+//     AddressSanitizer (decided where the library is built) nothing is pooled: plain aligned
+//     new/delete, so ASan's quarantine reports a use after free instead of a recycled block
+//     hiding it. detail::pool_stats() reports what is held where.
 //  8. Blocks are cache-line aligned and a whole number of lines long (carved from slabs of
-//     kSlabBlocks), so no two blocks share a line. Popping a block prefetches the next one
+//     one batch), so no two blocks share a line. Popping a block prefetches the next one
 //     for writing: the driver's thread wrote it last (it ran that task and freed it), and
-//     the enqueueing thread would otherwise stall on that line at its next pop. Measured on
-//     the H200 (1,001 interleaved rounds, twice): a pool like this one plus the capture
-//     check and cuLaunchHostFunc cost +46/+49 ns over the check and the launch alone
-//     without the prefetch, +0.5/+0.3 ns with it.
+//     the enqueueing thread would otherwise stall on that line at its next pop; a refill
+//     touches only the batch's first block, which it returns. Measured on the H200 (1,001
+//     interleaved rounds, twice): a pool like this one plus the capture check and
+//     cuLaunchHostFunc cost +46/+49 ns over the check and the launch alone without the
+//     prefetch, +0.5/+0.3 ns with it.
 //  9. The capture check and cuLaunchHostFunc cannot be one atomic step: another thread may
 //     begin a capture of the stream between them, and the run-once trampoline with its
 //     payload then becomes a node of that capture graph (the first replay would free the
@@ -75,6 +85,8 @@
 //     begin_capture / end_capture hold it around the driver's begin and end: custream's own
 //     capture transitions cannot fall inside an enqueue. The hot path (not capturing) takes no
 //     lock. Captures begun or ended by other code are not ordered by it (docs/guide.md).
+#include "host_function.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -89,7 +101,6 @@
 #include "custream/stream.hpp"
 #include "driver.hpp"
 #include "handler_slot.hpp"
-#include "host_function.hpp"
 
 namespace custream {
 namespace detail {
@@ -339,8 +350,7 @@ void free_run_once_nodes(CUgraph graph) noexcept {
       n.task->destroy(n.task);
     }
   } catch (const Error& e) {  // a failed query: leave them (a leak, never a dangling node)
-    report_release_failure(e.result(), "cuGraphGetNodes", "graph (its run-once host nodes)",
-                           graph);
+    report_release_failure(e.result(), e.call().c_str(), "graph (its run-once host nodes)", graph);
   } catch (...) {
     report_release_failure(CUDA_ERROR_OUT_OF_MEMORY, "custream::Graph", "graph", graph);
   }

@@ -20,8 +20,8 @@ void retain(StreamOwner* owner) noexcept {
 void release(StreamOwner* owner) noexcept {
   if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (owner->destroy != nullptr) {
-    // The driver is loaded (the stream was created through it) and never unloaded; at exit
-    // it may answer CUDA_ERROR_DEINITIALIZED, which leaves nothing to do (invariant 2).
+    // The driver is loaded (the stream was created through it) and never unloaded. A failure
+    // goes to the release-error handler, except CUDA_ERROR_DEINITIALIZED at exit (invariant 2).
     report_release_failure(
         g_loaded.load(std::memory_order_acquire)->api.cuStreamDestroy(owner->destroy),
         "cuStreamDestroy", "stream", owner->destroy);
@@ -60,9 +60,13 @@ Stream::Stream(Device device, bool non_blocking, int priority)
 
 Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
     : handle_(handle), kind_(Kind::external) {
-  if (is_special() && device_id != -1) {
+  if (device_id != -1) {  // an explicit id: in range first, before any inference
     const int count = detail::loaded().device_count;
-    if (device_id < 0 || device_id >= count) detail::throw_bad_ordinal(device_id, count);
+    if (static_cast<unsigned>(device_id) >= static_cast<unsigned>(count)) {
+      detail::throw_bad_ordinal(device_id, count, "custream::ExternalStream");
+    }
+  }
+  if (is_special() && device_id != -1) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", to_string(),
                 "a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) has no device of "
                 "its own: it is the current context's at each use, so device " +
@@ -149,14 +153,17 @@ int Stream::priority() const {
 
 namespace {
 // Throws instead of a capture-unsafe query on a capturing stream (invariant 3).
-void refuse_while_capturing(const Stream& s, const char* call) {
+// Throws unless `s` is known not to be capturing; for a special handle with no current
+// context, asks under the current device's primary context, kept in `scope` for the query that
+// follows (the same context the capture check saw).
+void refuse_while_capturing(const Stream& s, const char* call, std::optional<ContextScope>& scope) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = detail::api().cuStreamIsCapturing(s.handle(), &status);
-  if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) return;
-  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT) {
-    detail::throw_error(r, "cuStreamIsCapturing", s.to_string());
-  }
-  if (r == CUDA_SUCCESS) {
+  const detail::DriverApi& api = detail::api();
+  const CUstream h = s.handle();
+  auto query = [&] { return api.cuStreamIsCapturing(h, &status); };
+  const CUresult r = detail::retry_on_current_device(query(), s.is_special(), scope, query);
+  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuStreamIsCapturing", s.to_string());
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
     throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, s.to_string(),
                 "custream refused it: the stream is capturing, and the driver would invalidate "
                 "the capture");
@@ -166,7 +173,8 @@ void refuse_while_capturing(const Stream& s, const char* call) {
 
 bool Stream::non_blocking() const {
   if (kind_ == Kind::created) return non_blocking_;
-  refuse_while_capturing(*this, "cuStreamGetFlags");
+  std::optional<ContextScope> scope;
+  refuse_while_capturing(*this, "cuStreamGetFlags", scope);
   unsigned flags = 0;
   CUstream h = handle_;
   const auto& api = detail::api();
@@ -178,7 +186,8 @@ bool Stream::non_blocking() const {
 
 unsigned long long Stream::id() const {
   auto get_id = detail::require(detail::api().cuStreamGetId, "cuStreamGetId");
-  refuse_while_capturing(*this, "cuStreamGetId");
+  std::optional<ContextScope> scope;
+  refuse_while_capturing(*this, "cuStreamGetId", scope);
   unsigned long long value = 0;
   CUstream h = handle_;
   if (CUresult r = on_stream([&] { return get_id(h, &value); }); r != CUDA_SUCCESS) {

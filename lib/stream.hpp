@@ -4,9 +4,10 @@
 //  1. A Stream is {handle, context, device, kind, flags, owner}. Only created streams and
 //     wrappers with a keep-alive owner have an owner; copying any other Stream copies five
 //     words: no atomic, no allocation.
-//  2. A StreamOwner is freed by the release that drops its count to zero; for a created
-//     stream that release calls cuStreamDestroy (which needs no current context), ignoring
-//     CUDA_ERROR_DEINITIALIZED at process exit.
+//  2. A StreamOwner is allocated before the stream is created (a failure leaks no handle) and
+//     freed by the release that drops its count to zero; for a created stream that release
+//     calls cuStreamDestroy (which needs no current context) and hands a failure other than
+//     CUDA_ERROR_DEINITIALIZED (process exit) to the release-error handler.
 //  3. Device and context of a wrapped stream are inferred once, with cuStreamGetCtx only
 //     (capture-safe), never with cuStreamGetDevice / cuStreamQuery (they invalidate a capture).
 //  4. Each thread keeps one current Stream per device in a thread-local array, allocated on

@@ -1,9 +1,12 @@
 // Where the emulator used to differ from the driver on the H200, and what custream does about
 // it: a capture ended from the wrong thread, a stream destroyed while it captures, an event
-// recorded with another device current. Each case failed before its fix; they run on the
-// emulator and on the GPU (the [emu-only] ones inject faults).
+// recorded with another device current; and the Event and CaptureScope failure paths next to
+// them (an end whose status query fails too, an event owner that cannot be allocated). Each
+// case failed before its fix; they run on the emulator and on the GPU (the [emu-only] ones
+// inject faults or count driver calls).
 #include <atomic>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -42,10 +45,11 @@ TEST_CASE("CaptureScope::end from another thread: wrong thread, and the capture 
       }
     }).join();
     CHECK(name == "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD");
-    CHECK_FALSE(s.is_capturing());    // before the emulator fix: still capturing
-    CHECK_FALSE(capture.active());    // the scope asked the driver, which says it is over
+    CHECK_FALSE(s.is_capturing());  // before the emulator fix: still capturing
+    CHECK_FALSE(capture.active());  // the scope asked the driver, which says it is over
     CHECK(eventually([&] { return probe->destroyed == 1; }));  // the graph was discarded
-  }  // the scope has nothing left to end
+    // The scope has nothing left to end.
+  }
   CHECK(probe->destroyed == 1);
   CHECK(probe->runs == 0);
   s.begin_capture();  // the stream works again
@@ -149,4 +153,101 @@ TEST_CASE("ExternalStream of a special handle takes no device id", "[gpu][fideli
     expect(h, 0, "CUDA_ERROR_INVALID_VALUE");
     CHECK(custream::ExternalStream(h, -1).device_id() == -1);
   }
+}
+
+TEST_CASE("a failed end whose status query fails too: the scope still ends the capture",
+          "[gpu][fidelity][capture][emu-only]") {
+  REQUIRE_EMULATOR();
+  Stream s(true);
+  const long live = custream_test::emu_live_objects();
+  auto probe = std::make_shared<Probe>();
+  {
+    CaptureScope capture(s);
+    s.launch_host_func(Payload(probe));
+    custream_test::emu_fail_call("cuStreamEndCapture", 1, CUDA_ERROR_UNKNOWN);
+    custream_test::emu_fail_call("cuStreamGetCaptureInfo", 1, CUDA_ERROR_UNKNOWN);
+    CHECK_THROWS_AS(capture.end(), Error);
+    CHECK(capture.active());  // unknown is not over: before, the scope gave the capture up
+    CHECK(s.is_capturing());
+  }
+  CHECK_FALSE(s.is_capturing());  // before: still capturing, its payload never freed
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+  CHECK(probe->runs == 0);
+  custream_test::expect_emulator_back_to(live);
+}
+
+// The switch of the test binary's replacement operator new (test/external_stream_test.cpp):
+// arms (1) or disarms (0) a failure of the next allocation on the calling thread and returns
+// the previous state. Absent where operator new is not replaced (AddressSanitizer keeps its
+// own); the allocation-failure cases skip then.
+extern "C" __attribute__((weak)) int custream_test_arm_allocation_failure(int arm);
+
+namespace {
+
+// Calls of `name` counted by the emulator since counting began.
+long emu_calls(const char* name) {
+  auto fn = custream_test::emu_symbol<long (*)(const char*)>("custream_emu_call_count");
+  REQUIRE(fn != nullptr);
+  return fn(name);
+}
+
+void emu_count_calls(bool on) {
+  auto fn = custream_test::emu_symbol<void (*)(int)>("custream_emu_count_calls");
+  REQUIRE(fn != nullptr);
+  fn(on ? 1 : 0);
+}
+
+// Runs `make` with the next allocation of this thread failing; true when it threw
+// std::bad_alloc and consumed the armed failure.
+template <typename Make>
+bool fails_allocation(Make make) {
+  bool threw = false;
+  custream_test_arm_allocation_failure(1);
+  try {
+    make();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  const bool still_armed = custream_test_arm_allocation_failure(0) != 0;
+  return threw && !still_armed;
+}
+
+}  // namespace
+
+TEST_CASE("an Event whose owner cannot be allocated makes no CUevent",
+          "[gpu][fidelity][event][emu-only]") {
+  REQUIRE_EMULATOR();
+  if (custream_test_arm_allocation_failure == nullptr) {
+    CUSTREAM_SKIP("operator new is not replaced in this build (AddressSanitizer)");
+  }
+  emu_count_calls(true);
+  { Event warm(custream::Device(0)); }  // the same calls once, so nothing else allocates
+  const long live = custream_test::emu_live_objects();
+  const long creates = emu_calls("cuEventCreate");
+  // Before: cuEventCreate ran first and the handle leaked when the owner's allocation threw.
+  CHECK(fails_allocation([] { Event e(custream::Device(0)); }));
+  CHECK(emu_calls("cuEventCreate") == creates);
+  emu_count_calls(false);
+  custream_test::expect_emulator_back_to(live);
+}
+
+TEST_CASE("Event::open_ipc whose owner cannot be allocated opens no CUevent",
+          "[gpu][fidelity][event][emu-only]") {
+  REQUIRE_EMULATOR();
+  if (custream_test_arm_allocation_failure == nullptr) {
+    CUSTREAM_SKIP("operator new is not replaced in this build (AddressSanitizer)");
+  }
+  custream::Device(0).make_current();
+  Event exported(custream::Device(0), custream::EventFlags::interprocess);
+  const CUipcEventHandle handle = exported.ipc_handle();
+  emu_count_calls(true);
+  { Event warm = Event::open_ipc(handle); }
+  const long live = custream_test::emu_live_objects();
+  const long opens = emu_calls("cuIpcOpenEventHandle");
+  // Before: the owner was allocated in a noexcept constructor after the handle was opened
+  // (std::terminate on std::bad_alloc).
+  CHECK(fails_allocation([&] { (void)Event::open_ipc(handle); }));
+  CHECK(emu_calls("cuIpcOpenEventHandle") == opens);
+  emu_count_calls(false);
+  custream_test::expect_emulator_back_to(live);
 }

@@ -49,7 +49,21 @@ void destroy_raw(CUstream s) {
 constexpr bool kCountsAllocations = false;
 #else
 constexpr bool kCountsAllocations = true;
+namespace {
+thread_local bool t_fail_next_allocation = false;
+}  // namespace
+// Makes this thread's next operator new throw std::bad_alloc (emu_fidelity_test.cpp); returns
+// whether it was armed already.
+extern "C" int custream_test_arm_allocation_failure(int arm) {
+  const int was = t_fail_next_allocation ? 1 : 0;
+  t_fail_next_allocation = arm != 0;
+  return was;
+}
 void* operator new(std::size_t size) {
+  if (t_fail_next_allocation) {
+    t_fail_next_allocation = false;
+    throw std::bad_alloc();
+  }
   ++t_allocations;
   if (void* p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();

@@ -2,8 +2,11 @@
 // test/meson.build runs this binary once per tag, with its own CUSTREAM_LIBCUDA.
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,11 +14,54 @@
 #include "catch_compat.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
+#include "custream/device_buffer.hpp"
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
 #include "custream/event.hpp"
+#include "custream/external_stream.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
+
+namespace {
+
+// When set, the next operator new on this thread throws std::bad_alloc (and clears it).
+thread_local bool fail_next_allocation = false;
+// When >= 0, operator new on this thread succeeds that many more times, then throws
+// std::bad_alloc every time until it is set back to -1.
+thread_local int allocations_before_failure = -1;
+
+}  // namespace
+
+// Replaces the global allocation functions of this process, every non-aligned form (malloc
+// and free underneath, as libstdc++'s own; AddressSanitizer would otherwise pair its own forms
+// with these), so that a test can fail one allocation.
+void* operator new(std::size_t size) {
+  if (fail_next_allocation) {
+    fail_next_allocation = false;
+    throw std::bad_alloc();
+  }
+  if (allocations_before_failure == 0) throw std::bad_alloc();
+  if (allocations_before_failure > 0) --allocations_before_failure;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(size);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return ::operator new(size, std::nothrow);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
@@ -59,6 +105,14 @@ std::string expect_load_failure(CUresult expected) {
   }
   CHECK(*destroyed == 1);  // the moved-from temporary holds no count
   return first;
+}
+
+// The fake driver's test control `name` (test/fake/fake_driver.cpp), or null.
+template <typename Fn>
+Fn fake_symbol(const char* name) {
+  (void)custream::driver_available();  // loads the fake
+  void* handle = dlopen(std::getenv("CUSTREAM_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  return handle != nullptr ? reinterpret_cast<Fn>(dlsym(handle, name)) : nullptr;
 }
 
 // A cuGetProcAddress that is not the first one handed over.
@@ -135,15 +189,36 @@ TEST_CASE("primary contexts are retained exactly once across threads", "[loader-
     CUSTREAM_SKIP("needs a CUDA driver (real or emulated)");
   }
   const auto& api = custream::detail::api();
-  for (int d = 0; d < custream::Device::count(); ++d) {
-    custream::Device device(d);
+  const int count = custream::Device::count();
+  REQUIRE(count >= 2);  // the emulator's default; every device is raced at once
+  std::vector<custream::Device> devices;
+  for (int d = 0; d < count; ++d) {
+    devices.emplace_back(d);
     unsigned flags = 0;
     int active = 1;
-    REQUIRE(api.cuDevicePrimaryCtxGetState(device.handle(), &flags, &active) == CUDA_SUCCESS);
+    REQUIRE(api.cuDevicePrimaryCtxGetState(devices[d].handle(), &flags, &active) == CUDA_SUCCESS);
     REQUIRE(active == 0);  // A fresh process: nobody holds it yet.
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 16; ++t) threads.emplace_back([&] { (void)device.primary_context(); });
-    for (auto& t : threads) t.join();
+  }
+  // 16 threads per device, each starting at another device, all released together.
+  std::atomic<bool> go{false};
+  std::vector<std::vector<CUcontext>> seen(16 * count);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16 * count; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < count; ++i) seen[t].push_back(devices[(t + i) % count].primary_context());
+    });
+  }
+  go.store(true);
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 16 * count; ++t) {
+    for (int i = 0; i < count; ++i) {
+      CHECK(seen[t][i] == devices[(t + i) % count].primary_context());  // one context each
+    }
+  }
+  for (const custream::Device& device : devices) {
+    unsigned flags = 0;
+    int active = 0;
     REQUIRE(api.cuDevicePrimaryCtxGetState(device.handle(), &flags, &active) == CUDA_SUCCESS);
     CHECK(active == 1);
     // One release by hand drops the count to zero only if custream retained exactly once.
@@ -153,6 +228,127 @@ TEST_CASE("primary contexts are retained exactly once across threads", "[loader-
     CUcontext again = nullptr;  // Give custream its reference back.
     REQUIRE(api.cuDevicePrimaryCtxRetain(&again, device.handle()) == CUDA_SUCCESS);
   }
+}
+
+TEST_CASE("retaining one device's primary context does not wait for another's",
+          "[loader-retain-per-device]") {
+  // The fake's retain of device 0 returns only once a retain of device 1 has begun (else
+  // CUDA_ERROR_UNKNOWN after 5 s). Before: one process-wide lock held across every first
+  // retain, so device 1 waited behind device 0, which timed out.
+  auto entered = fake_symbol<int (*)(int)>("custream_fake_retain_entered");
+  REQUIRE(entered != nullptr);
+  std::string failure;
+  std::thread first([&failure] {
+    try {
+      (void)custream::Device(0).primary_context();
+    } catch (const custream::Error& e) {
+      failure = e.what();
+    }
+  });
+  while (entered(0) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto begin = std::chrono::steady_clock::now();
+  CUcontext one = custream::Device(1).primary_context();
+  const auto waited = std::chrono::steady_clock::now() - begin;
+  first.join();
+  CHECK(failure.empty());
+  CHECK(one != nullptr);
+  CHECK(waited < std::chrono::seconds(2));
+  CHECK(custream::Device(0).primary_context() != one);
+}
+
+TEST_CASE("a driver whose device count throws a C++ exception: a clear error, twice",
+          "[loader-count-throws]") {
+  // Before: the std::length_error escaped the first load as is, and the second call
+  // dereferenced an empty failure record (SIGSEGV).
+  const std::string what = expect_load_failure(CUDA_ERROR_UNKNOWN);
+  CHECK(contains_text(what, "loading the CUDA driver failed: fake driver: no count for you") ==
+        "loading the CUDA driver failed: fake driver: no count for you");
+}
+
+TEST_CASE("a first load that runs out of memory while recording why: a clear error after",
+          "[loader-load-out-of-memory]") {
+  // The first allocation (the loader's state) succeeds, every later one fails: the load
+  // fails, and so does building the message that records why. Before: the attempt counted,
+  // nothing was recorded, and the next call threw from an empty std::optional (SIGSEGV).
+  allocations_before_failure = 1;
+  bool bad_alloc = false;
+  std::string first_error;
+  try {
+    (void)custream::Device::count();
+  } catch (const std::bad_alloc&) {
+    bad_alloc = true;
+  } catch (const custream::Error& e) {
+    allocations_before_failure = -1;
+    first_error = e.what();
+  }
+  allocations_before_failure = -1;
+  CHECK((bad_alloc || !first_error.empty()));
+  try {  // before anything recorded the reason; before: "the driver was already loaded"
+    custream::use_driver_entry_point(&another_get_proc_address);
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(contains_text(e.what(), "attempted and failed") == "attempted and failed");
+  }
+  std::string second;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      (void)custream::Device::count();
+      FAIL("Device::count() did not throw");
+    } catch (const custream::Error& e) {
+      CHECK(e.name() == "CUDA_ERROR_OUT_OF_MEMORY");
+      CHECK(contains_text(e.what(), "out of memory") == "out of memory");
+      if (attempt == 0) second = e.what();
+      CHECK(second == e.what());  // recorded once, never retried
+    }
+  }
+  CHECK_FALSE(custream::driver_available());
+}
+
+TEST_CASE("a driver without the entries only tests and tools call still loads",
+          "[loader-unused-missing]") {
+  // Before: nine entries custream never calls were required, and such a driver did not load.
+  REQUIRE(custream::driver_available());
+  const auto& api = custream::detail::api();
+  CHECK(api.cuGetErrorName == nullptr);
+  CHECK(api.cuDevicePrimaryCtxRelease == nullptr);
+  CHECK(api.cuCtxPushCurrent == nullptr);
+  CHECK(api.cuCtxPopCurrent == nullptr);
+  CHECK(api.cuCtxSynchronize == nullptr);
+  CHECK(api.cuStreamCreate == nullptr);
+  CHECK(api.cuGraphCreate == nullptr);
+  CHECK(api.cuThreadExchangeStreamCaptureMode == nullptr);
+  CHECK(api.cuMemcpyDtoDAsync == nullptr);
+  // Errors are still named (from custream's own table) and streams still work.
+  CHECK(custream::result_name(CUDA_ERROR_INVALID_VALUE) == "CUDA_ERROR_INVALID_VALUE");
+  custream::Stream s(custream::Device(0), true);
+  CHECK(s.device_id() == 0);
+}
+
+TEST_CASE("a stream whose owner cannot be allocated leaks no CUstream",
+          "[loader-stream-owner-first]") {
+  // Before: cuStreamCreateWithPriority ran first, and the std::bad_alloc of the owner left
+  // the created CUstream behind with nobody to destroy it.
+  auto live = fake_symbol<long (*)()>("custream_fake_live_streams");
+  REQUIRE(live != nullptr);
+  const custream::Device device(0);
+  (void)device.primary_context();  // retained outside the failing construction
+  {
+    custream::Stream s(device, true);
+    CHECK(live() == 1);
+  }
+  REQUIRE(live() == 0);
+  bool threw = false;
+  fail_next_allocation = true;
+  try {
+    custream::Stream s(device, true);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  const bool still_armed = fail_next_allocation;
+  fail_next_allocation = false;
+  CHECK(threw);
+  CHECK_FALSE(still_armed);
+  CHECK(live() == 0);
 }
 
 TEST_CASE("a driver reporting -1 devices: a clear error, twice", "[loader-negative-count]") {
@@ -174,12 +370,16 @@ TEST_CASE("no device: every call that needs one says so, nothing reads past the 
   // (AddressSanitizer: heap-buffer-overflow).
   REQUIRE(custream::driver_available());
   REQUIRE(custream::Device::count() == 0);
+  static int calls = 0;
   auto expect_no_device = [](auto&& call) {
+    INFO("call " << ++calls);
     try {
       call();
       FAIL("no throw");
     } catch (const custream::Error& e) {
       CHECK(e.name() == "CUDA_ERROR_NO_DEVICE");
+      CHECK(contains_text(e.what(), "the driver reports no device") ==
+            "the driver reports no device");
     }
   };
   expect_no_device([] { (void)custream::Device::current(); });
@@ -190,6 +390,11 @@ TEST_CASE("no device: every call that needs one says so, nothing reads past the 
   expect_no_device([] { (void)custream::Event(); });
   expect_no_device([] { custream::Stream::legacy().launch_host_func([] {}); });
   expect_no_device([] { custream::Stream::per_thread().begin_capture(); });
+  expect_no_device([] { custream::Stream::null().launch_host_func([] {}); });
+  expect_no_device([] { (void)custream::Stream::null().priority(); });
+  expect_no_device([] { (void)custream::DeviceBuffer(16); });
+  expect_no_device([] { (void)custream::DeviceBuffer(16, custream::Stream::null()); });
+  expect_no_device([] { (void)custream::ExternalStream(nullptr, 0); });
   CHECK_THROWS_AS(custream::Device(0), custream::Error);
 }
 

@@ -73,8 +73,7 @@ TEST_CASE("a failed cuStreamDestroy in a destructor is reported",
   custream_test::emu_reset();
 }
 
-TEST_CASE("failed event, memory and graph releases are reported",
-          "[gpu][release][emu-only]") {
+TEST_CASE("failed event, memory and graph releases are reported", "[gpu][release][emu-only]") {
   REQUIRE_EMULATOR();
   custream::Device(0).make_current();
   {

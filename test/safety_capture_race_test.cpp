@@ -77,8 +77,7 @@ TEST_CASE("a run-once host node in a foreign capture is owned by Graph::adopt an
   for (const bool adopt : {true, false}) {
     auto probe = std::make_shared<Probe>();
     CUgraph graph = nullptr;
-    REQUIRE(raw().cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) ==
-            CUDA_SUCCESS);
+    REQUIRE(raw().cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
     launch_run_once_behind_custreams_back(s, probe);
     REQUIRE(raw().cuStreamEndCapture(s.handle(), &graph) == CUDA_SUCCESS);
     {
@@ -118,12 +117,13 @@ namespace {
 // cuMemsetD8Async or cuStreamEndCapture) when one thread enqueues on a stream while another
 // begins or ends a capture of it: the raw-driver probe below, "[.driver-race]", shows it on
 // an H200. So the race loops run on the emulator only; run the probe on a newer driver.
-#define REQUIRE_RACE_SAFE_DRIVER()                                                            \
-  do {                                                                                        \
-    REQUIRE_DRIVER();                                                                         \
-    if (!custream_test::emulated())                                                           \
-      CUSTREAM_SKIP("the CUDA driver crashes when a stream's capture begins or ends while "   \
-                    "another thread enqueues on it (probe: [.driver-race]); emulator only"); \
+#define REQUIRE_RACE_SAFE_DRIVER()                                                 \
+  do {                                                                             \
+    REQUIRE_DRIVER();                                                              \
+    if (!custream_test::emulated())                                                \
+      CUSTREAM_SKIP(                                                               \
+          "the CUDA driver crashes when a stream's capture begins or ends while "  \
+          "another thread enqueues on it (probe: [.driver-race]); emulator only"); \
   } while (false)
 
 // One thread enqueues with `enqueue(s)` (returns true when enqueued, false when refused)
@@ -187,9 +187,10 @@ TEST_CASE("small noexcept callables racing with another thread's captures",
   CHECK(runs.load() >= calls);  // uncaptured ones once, captured ones twice
 }
 
-TEST_CASE("ExternalStream(0) and ExternalStream(legacy): a small callable never invalidates "
-          "another capture",
-          "[gpu][safety][capture][host_function]") {
+TEST_CASE(
+    "ExternalStream(0) and ExternalStream(legacy): a small callable never invalidates "
+    "another capture",
+    "[gpu][safety][capture][host_function]") {
   REQUIRE_DRIVER();
   custream::Device(0).make_current();
   for (CUstream special : {CUstream{nullptr}, CU_STREAM_LEGACY}) {
@@ -275,7 +276,7 @@ TEST_CASE("HostFunctionError without an exception describes itself",
 }
 
 TEST_CASE("raw driver: cuLaunchHostFunc racing with another thread's captures (probe)",
-          "[.driver-race][gpu][safety][capture][stress][raw]") {
+          "[.driver-race]") {
   // The same loop with custream out of the picture: a static function, a stable argument,
   // raw begin/end/instantiate/launch. Tells a driver fault from custream's: on the H200 with
   // driver 580 (CUDA 13.0) it crashes inside cuLaunchHostFunc (also with cuMemsetD8Async in

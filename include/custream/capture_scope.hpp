@@ -34,13 +34,14 @@ class CaptureScope {
   /// Ends the capture and instantiates the graph (Stream::end_capture). When this throws,
   /// the scope asks the driver whether its capture still runs (an end refused with
   /// CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD has ended it on the driver; an injected or
-  /// transient failure may not have): if it does, the destructor ends it.
+  /// transient failure may not have): if it does, or the driver cannot say, the scope stays
+  /// active and the destructor asks again and ends it.
   /// @throws Error (CUDA_ERROR_ILLEGAL_STATE) when already ended; as Stream::end_capture.
   Graph end(InstantiateFlags flags = InstantiateFlags::upload);
 
   /// The stream being captured.
   const Stream& stream() const noexcept { return stream_; }
-  /// True until end() ended the capture (or found it ended).
+  /// True until end() ended the capture (or a failed end() found it ended).
   bool active() const noexcept { return active_; }
 
  private:

@@ -13,7 +13,9 @@ class ContextScope {
  public:
   /// Makes `context` current. @throws Error when cuCtxGetCurrent or cuCtxSetCurrent fails.
   explicit ContextScope(CUcontext context);
-  /// Restores the previous context; never throws (errors during driver teardown are ignored).
+  /// Restores the previous context; never throws. A failed restore is reported to the
+  /// release-error handler (release_error_handler.hpp), except CUDA_ERROR_DEINITIALIZED
+  /// during driver teardown.
   ~ContextScope();
 
   ContextScope(const ContextScope&) = delete;

@@ -26,7 +26,8 @@ class Device {
 
   /// The device of the current context when one is current in this thread (so it agrees with
   /// code that called cudaSetDevice or cuCtxSetCurrent), otherwise device 0.
-  /// @throws Error when there is no driver or the driver query fails.
+  /// @throws Error when there is no driver, when the driver reports no device
+  /// (CUDA_ERROR_NO_DEVICE), or when the driver query fails.
   static Device current() {
     const detail::Loaded& l = detail::loaded();
     CUcontext context = nullptr;
@@ -38,7 +39,8 @@ class Device {
   }
 
   /// The device with this ordinal. @throws Error (CUDA_ERROR_INVALID_DEVICE) when `ordinal`
-  /// is not in [0, count()), naming the ordinal and the count.
+  /// is not in [0, count()), naming the ordinal and the count (CUDA_ERROR_NO_DEVICE when
+  /// the count is 0).
   explicit Device(int ordinal) : ordinal_(ordinal) {
     const detail::Loaded& l = detail::loaded();
     if (static_cast<unsigned>(ordinal) >= static_cast<unsigned>(l.device_count)) {
@@ -63,9 +65,7 @@ class Device {
 
   /// The device's primary context, retained on first use (once per process, thread-safe).
   /// @throws Error when cuDevicePrimaryCtxRetain fails.
-  CUcontext primary_context() const {
-    return detail::primary_context(detail::loaded(), ordinal_);
-  }
+  CUcontext primary_context() const { return detail::primary_context(detail::loaded(), ordinal_); }
   /// True when the primary context is active (cuDevicePrimaryCtxGetState), retained by
   /// custream or by anybody else. @throws Error on a driver failure.
   bool primary_context_active() const;

@@ -33,20 +33,23 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  /// Frees the memory (in stream order for a stream-ordered buffer). Never throws.
+  /// Frees the memory (in stream order for a stream-ordered buffer). Never throws; a failed
+  /// free is reported to the release-error handler (release_error_handler.hpp).
   ~DeviceBuffer() { reset(); }
 
   /// The device address (0 when empty).
   CUdeviceptr get() const noexcept { return ptr_; }
   /// The size in bytes.
   std::size_t size() const noexcept { return bytes_; }
-  /// Frees the memory now; the buffer becomes empty. Never throws.
+  /// Frees the memory now; the buffer becomes empty. Never throws (a failed free is reported
+  /// to the release-error handler).
   void reset() noexcept;
 
  private:
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
-  Stream stream_;  // stream-ordered buffers only
+  Stream stream_;    // stream-ordered buffers only
+  int device_ = -1;  // stream-ordered buffers: the device it was allocated on
   bool ordered_ = false;
 };
 

@@ -15,7 +15,7 @@ bool valid_mode(CUstreamCaptureMode m) {
 
 CUresult begin_capture(CUstream h, CUstreamCaptureMode mode) {
   if (!valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
-  // SPEC §1 (H200): capture is refused on the legacy handles, allowed on the per-thread one.
+  // As on the H200: capture is refused on the legacy handles, allowed on the per-thread one.
   if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);

@@ -332,7 +332,7 @@ CUresult ctx_synchronize_impl(Context* c) {
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   // Synchronising the context while a capture that forbids it is under way is unsupported
-  // and invalidates that capture (SPEC §1: global mode; thread-local mode of this thread).
+  // and invalidates that capture (as on the H200: global mode; thread-local mode of this thread).
   bool refused = false;
   for (const auto& cap : s.captures) {
     if (cap->ctx != c || cap->invalidated) continue;

@@ -17,9 +17,14 @@ extern "C" {
  * counts) fails with `result` and has no side effect. Several injections may be pending. */
 void custream_emu_fail_call(const char* name, int nth, CUresult result);
 
+/* The environment variable CUSTREAM_EMU_FAIL="name:nth:result[,…]" (result as a number, e.g.
+ * "cuInit:1:999") makes the same injections from the start of the process, for the calls
+ * made while the driver loads (cuInit, cuDeviceGetCount, cuDeviceGet). */
+
 /* From now on every driver call (except cuGetErrorName, cuGetErrorString,
  * cuDriverGetVersion, cuGetProcAddress) fails with `result`, like a context after an
- * illegal address. CUDA_SUCCESS clears it. */
+ * illegal address. CUDA_SUCCESS clears it. (Injections by custream_emu_fail_call still
+ * apply to those four, except cuGetProcAddress, which never fails on purpose.) */
 void custream_emu_set_sticky_error(CUresult result);
 
 /* Clears pending injections and the sticky error. */
@@ -43,6 +48,12 @@ long custream_emu_user_object_destructors_run(void);
 /* Blocks until every stream has drained its queue and the callback thread is idle
  * (at most `timeout_ms`); returns 1 when idle, 0 on timeout. */
 int custream_emu_wait_idle(int timeout_ms);
+
+/* Blocks until every user-object destructor scheduled so far (they run on threads of their
+ * own once the last reference is gone) has returned (at most `timeout_ms`); returns 1 when
+ * none runs, 0 on timeout. After custream_emu_wait_idle, this makes "every host-function
+ * payload a graph owned is freed" checkable without polling. */
+int custream_emu_wait_destructors(int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -22,12 +22,49 @@ struct Faults {
   std::map<std::string, long> counts;
 };
 
+// CUSTREAM_EMU_FAIL="name:nth:result[,name:nth:result…]": faults pending from the start, for
+// calls made while the driver loads (cuInit, cuDeviceGetCount, cuDeviceGet), before a test can
+// call custream_emu_fail_call. Malformed items are ignored.
+void add_faults_from_environment(Faults& f) {
+  const char* spec = std::getenv("CUSTREAM_EMU_FAIL");
+  if (spec == nullptr) return;
+  std::string rest = spec;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
+    const size_t a = item.find(':');
+    const size_t b = a == std::string::npos ? a : item.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const int nth = std::atoi(item.substr(a + 1, b - a - 1).c_str());
+    const int result = std::atoi(item.substr(b + 1).c_str());
+    if (a == 0 || nth < 1 || result <= 0) continue;
+    f.pending[item.substr(0, a)].emplace_back(nth, static_cast<CUresult>(result));
+  }
+  f.any.store(!f.pending.empty());
+}
+
 Faults& faults() {
-  static Faults* f = new Faults;  // leaked (invariant 5)
+  static Faults* f = [] {
+    auto* made = new Faults;  // leaked (invariant 5)
+    add_faults_from_environment(*made);
+    return made;
+  }();
   return *f;
 }
 
 std::atomic<long> g_destructors_run{0};
+// User-object destructors scheduled and not yet returned (custream_emu_wait_destructors).
+// Incremented without State::mu (run_detached may be called with it held), decremented under
+// it, so a waiter on State::cv never misses the last one.
+std::atomic<long> g_detached_running{0};
+
+// Entry points the sticky error leaves working (emu_control.h): what a program needs to
+// describe the error, as on a real driver after an illegal address.
+bool sticky_exempt(const char* name) {
+  return std::strcmp(name, "cuGetErrorName") == 0 || std::strcmp(name, "cuGetErrorString") == 0 ||
+         std::strcmp(name, "cuDriverGetVersion") == 0 || std::strcmp(name, "cuGetProcAddress") == 0;
+}
 
 }  // namespace
 
@@ -62,7 +99,7 @@ CUresult check_fault(const char* name) noexcept {
   if (!f.any.load(std::memory_order_acquire)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lk(f.mu);
   if (f.counting) ++f.counts[name];
-  if (f.sticky != CUDA_SUCCESS) return f.sticky;
+  if (f.sticky != CUDA_SUCCESS && !sticky_exempt(name)) return f.sticky;
   auto it = f.pending.find(name);
   if (it == f.pending.end()) return CUDA_SUCCESS;
   CUresult hit = CUDA_SUCCESS;
@@ -84,7 +121,16 @@ CUresult check_fault(const char* name) noexcept {
 
 void note_destructor_run() { g_destructors_run.fetch_add(1); }
 
-void run_detached(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+void run_detached(std::function<void()> fn) {
+  g_detached_running.fetch_add(1);
+  std::thread([fn = std::move(fn)] {
+    fn();
+    State& s = state();
+    std::lock_guard<std::mutex> lk(s.mu);
+    g_detached_running.fetch_sub(1);
+    s.cv.notify_all();
+  }).detach();
+}
 
 }  // namespace emu
 
@@ -137,4 +183,11 @@ EMU_EXPORT int custream_emu_wait_idle(int timeout_ms) {
   std::unique_lock<std::mutex> lk(s.mu);
   auto idle = [&] { return s.callbacks.empty() && !s.callback_busy && s.workers_running == 0; };
   return s.cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), idle) ? 1 : 0;
+}
+
+EMU_EXPORT int custream_emu_wait_destructors(int timeout_ms) {
+  emu::State& s = emu::state();
+  std::unique_lock<std::mutex> lk(s.mu);
+  auto done = [] { return emu::g_detached_running.load() == 0; };
+  return s.cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), done) ? 1 : 0;
 }

@@ -22,12 +22,14 @@ CUresult init(unsigned int flags) {
 }
 
 CUresult driver_get_version(int* v) {
+  if (CUresult r = check_fault("cuDriverGetVersion")) return r;
   if (!v) return CUDA_ERROR_INVALID_VALUE;
   *v = kDriverVersion;
   return CUDA_SUCCESS;
 }
 
 CUresult get_error_name(CUresult e, const char** out) {
+  if (CUresult r = check_fault("cuGetErrorName")) return r;
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   const char* n = custream::detail::result_name(e);
   *out = n;
@@ -35,6 +37,7 @@ CUresult get_error_name(CUresult e, const char** out) {
 }
 
 CUresult get_error_string(CUresult e, const char** out) {
+  if (CUresult r = check_fault("cuGetErrorString")) return r;
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   const char* n = custream::detail::result_description(e);
   *out = n;

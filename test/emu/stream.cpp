@@ -102,7 +102,7 @@ std::vector<SignalPtr> pending_signals(Stream* st) {
   return v;
 }
 
-// Rejects capture-unsafe queries on a capturing stream (SPEC §1): invalidates the capture.
+// Rejects capture-unsafe queries on a capturing stream (as the H200 does): invalidates the capture.
 CUresult capture_unsafe(Stream* st) {
   if (!st->capture) return CUDA_SUCCESS;
   invalidate(st->capture.get());
@@ -258,7 +258,7 @@ CUresult stream_add_callback(CUstream h, CUstreamCallback cb, void* arg, unsigne
   std::lock_guard<std::mutex> lk(state().mu);
   Stream* st = nullptr;
   if (CUresult r = resolve_for_use(h, &st)) return r;
-  if (st->capture) {  // SPEC §1: unsupported during capture, and the capture is invalidated
+  if (st->capture) {  // As on the H200: unsupported during capture, and the capture is invalidated
     invalidate(st->capture.get());
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }

@@ -66,8 +66,9 @@ inline int known_primary_device(const Loaded& l, CUcontext context) noexcept {
 int device_of_context(CUcontext context);
 
 /// Throws the error for a device ordinal out of [0, count) (CUDA_ERROR_NO_DEVICE when the
-/// count is 0, else CUDA_ERROR_INVALID_DEVICE).
-[[noreturn, gnu::cold]] void throw_bad_ordinal(int ordinal, int count);
+/// count is 0, else CUDA_ERROR_INVALID_DEVICE), naming `call`, the ordinal and the count.
+[[noreturn, gnu::cold]] void throw_bad_ordinal(int ordinal, int count,
+                                               const char* call = "custream::Device");
 
 /// The current device for `current` (the thread's current context): its device, or 0 when
 /// it is null. @throws Error (CUDA_ERROR_NO_DEVICE when it is null and there is no device).

@@ -11,8 +11,8 @@
 //     driver (the ABI version) in its error (see detail::require()).
 //
 // It lives with the public headers because the hot paths (Stream::record, done, …) are inline
-// calls through it. This is the one place in custream that uses a macro: a template cannot paste a symbol
-// name and a version into a type name, and the X-list keeps the table in one place.
+// calls through it. This is the one place in custream that uses a macro: a template cannot paste a
+// symbol name and a version into a type name, and the X-list keeps the table in one place.
 #pragma once
 
 #include <cuda.h>
@@ -26,81 +26,81 @@
 /// The ABI version is also the first driver version that has the entry (error messages).
 /// An entry is required only when the library itself calls it; entries only tests, tools or
 /// benchmarks call are optional, so a driver without them still loads.
-#define CUSTREAM_DRIVER_ENTRIES(X)                                                     \
-  X(cuInit, cuInit, 2000, true)                                                        \
-  X(cuDriverGetVersion, cuDriverGetVersion, 2020, true)                                \
+#define CUSTREAM_DRIVER_ENTRIES(X)                                                      \
+  X(cuInit, cuInit, 2000, true)                                                         \
+  X(cuDriverGetVersion, cuDriverGetVersion, 2020, true)                                 \
   X(cuGetErrorName, cuGetErrorName, 6000, false)                                        \
-  X(cuGetErrorString, cuGetErrorString, 6000, true)                                    \
-  X(cuDeviceGetCount, cuDeviceGetCount, 2000, true)                                    \
-  X(cuDeviceGet, cuDeviceGet, 2000, true)                                              \
-  X(cuDeviceGetName, cuDeviceGetName, 2000, true)                                      \
-  X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, true)                            \
-  X(cuDeviceTotalMem, cuDeviceTotalMem, 3020, true)                                    \
-  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, true)                    \
+  X(cuGetErrorString, cuGetErrorString, 6000, true)                                     \
+  X(cuDeviceGetCount, cuDeviceGetCount, 2000, true)                                     \
+  X(cuDeviceGet, cuDeviceGet, 2000, true)                                               \
+  X(cuDeviceGetName, cuDeviceGetName, 2000, true)                                       \
+  X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, true)                             \
+  X(cuDeviceTotalMem, cuDeviceTotalMem, 3020, true)                                     \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, true)                     \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, false)                 \
-  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, true)                \
-  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, true)                                      \
-  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, true)                                      \
-  X(cuCtxGetDevice, cuCtxGetDevice, 2000, true)                                        \
-  X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, false)                                   \
+  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, true)                 \
+  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, true)                                       \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, true)                                       \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000, true)                                         \
+  X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, false)                                    \
   X(cuCtxPushCurrent, cuCtxPushCurrent, 4000, false)                                    \
   X(cuCtxPopCurrent, cuCtxPopCurrent, 4000, false)                                      \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, false)                                    \
   X(cuStreamCreate, cuStreamCreate, 2000, false)                                        \
-  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, true)                \
-  X(cuStreamDestroy, cuStreamDestroy, 4000, true)                                      \
-  X(cuStreamGetCtx, cuStreamGetCtx, 9020, true)                                        \
-  X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050, false)                                   \
-  X(cuStreamGetDevice, cuStreamGetDevice, 12080, false)                                \
-  X(cuStreamGetPriority, cuStreamGetPriority, 5050, true)                              \
-  X(cuStreamGetFlags, cuStreamGetFlags, 5050, true)                                    \
-  X(cuStreamGetId, cuStreamGetId, 12000, false)                                        \
-  X(cuStreamQuery, cuStreamQuery, 2000, true)                                          \
-  X(cuStreamSynchronize, cuStreamSynchronize, 2000, true)                              \
-  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, true)                                  \
-  X(cuStreamAddCallback, cuStreamAddCallback, 5000, true)                              \
-  X(cuLaunchHostFunc, cuLaunchHostFunc, 10000, true)                                   \
-  X(cuStreamBeginCapture, cuStreamBeginCapture, 10010, true)                           \
-  X(cuStreamEndCapture, cuStreamEndCapture, 10000, true)                               \
-  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, true)                             \
-  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 11030, true)                       \
+  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, true)                 \
+  X(cuStreamDestroy, cuStreamDestroy, 4000, true)                                       \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020, true)                                         \
+  X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050, false)                                    \
+  X(cuStreamGetDevice, cuStreamGetDevice, 12080, false)                                 \
+  X(cuStreamGetPriority, cuStreamGetPriority, 5050, true)                               \
+  X(cuStreamGetFlags, cuStreamGetFlags, 5050, true)                                     \
+  X(cuStreamGetId, cuStreamGetId, 12000, false)                                         \
+  X(cuStreamQuery, cuStreamQuery, 2000, true)                                           \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, true)                               \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, true)                                   \
+  X(cuStreamAddCallback, cuStreamAddCallback, 5000, true)                               \
+  X(cuLaunchHostFunc, cuLaunchHostFunc, 10000, true)                                    \
+  X(cuStreamBeginCapture, cuStreamBeginCapture, 10010, true)                            \
+  X(cuStreamEndCapture, cuStreamEndCapture, 10000, true)                                \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, true)                              \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 11030, true)                        \
   X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, false) \
-  X(cuEventCreate, cuEventCreate, 2000, true)                                          \
-  X(cuEventDestroy, cuEventDestroy, 4000, true)                                        \
-  X(cuEventRecord, cuEventRecord, 2000, true)                                          \
-  X(cuEventQuery, cuEventQuery, 2000, true)                                            \
-  X(cuEventSynchronize, cuEventSynchronize, 2000, true)                                \
-  X(cuEventElapsedTime, cuEventElapsedTime, 2000, true)                                \
-  X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, false)                             \
-  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010, false)                           \
-  X(cuMemAlloc, cuMemAlloc, 3020, true)                                                \
-  X(cuMemFree, cuMemFree, 3020, true)                                                  \
-  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false)                                    \
-  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false)                                      \
-  X(cuMemsetD8Async, cuMemsetD8Async, 3020, true)                                      \
-  X(cuMemsetD32Async, cuMemsetD32Async, 3020, true)                                    \
-  X(cuMemcpyAsync, cuMemcpyAsync, 4000, true)                                          \
-  X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, true)                                  \
-  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, true)                                  \
+  X(cuEventCreate, cuEventCreate, 2000, true)                                           \
+  X(cuEventDestroy, cuEventDestroy, 4000, true)                                         \
+  X(cuEventRecord, cuEventRecord, 2000, true)                                           \
+  X(cuEventQuery, cuEventQuery, 2000, true)                                             \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, true)                                 \
+  X(cuEventElapsedTime, cuEventElapsedTime, 2000, true)                                 \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, false)                              \
+  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010, false)                            \
+  X(cuMemAlloc, cuMemAlloc, 3020, true)                                                 \
+  X(cuMemFree, cuMemFree, 3020, true)                                                   \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false)                                     \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false)                                       \
+  X(cuMemsetD8Async, cuMemsetD8Async, 3020, true)                                       \
+  X(cuMemsetD32Async, cuMemsetD32Async, 3020, true)                                     \
+  X(cuMemcpyAsync, cuMemcpyAsync, 4000, true)                                           \
+  X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, true)                                   \
+  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, true)                                   \
   X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, false)                                  \
   X(cuGraphCreate, cuGraphCreate, 10000, false)                                         \
-  X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                       \
-  X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                     \
-  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                              \
-  X(cuGraphHostNodeGetParams, cuGraphHostNodeGetParams, 10000, true)                  \
-  X(cuGraphHostNodeSetParams, cuGraphHostNodeSetParams, 10000, true)                  \
-  X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030, false)                          \
-  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, true)           \
-  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, true)                               \
-  X(cuGraphUpload, cuGraphUpload, 11010, true)                                         \
-  X(cuGraphLaunch, cuGraphLaunch, 10000, true)                                         \
-  X(cuGraphExecUpdate, cuGraphExecUpdate, 12000, true)                                 \
-  X(cuUserObjectCreate, cuUserObjectCreate, 11030, true)                               \
-  X(cuUserObjectRelease, cuUserObjectRelease, 11030, true)                             \
-  X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030, true)                     \
-  X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, true)                                \
-  X(cuModuleUnload, cuModuleUnload, 2000, true)                                        \
-  X(cuModuleGetFunction, cuModuleGetFunction, 2000, true)                              \
+  X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                        \
+  X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                      \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                               \
+  X(cuGraphHostNodeGetParams, cuGraphHostNodeGetParams, 10000, true)                    \
+  X(cuGraphHostNodeSetParams, cuGraphHostNodeSetParams, 10000, true)                    \
+  X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030, false)                           \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, true)            \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, true)                                \
+  X(cuGraphUpload, cuGraphUpload, 11010, true)                                          \
+  X(cuGraphLaunch, cuGraphLaunch, 10000, true)                                          \
+  X(cuGraphExecUpdate, cuGraphExecUpdate, 12000, true)                                  \
+  X(cuUserObjectCreate, cuUserObjectCreate, 11030, true)                                \
+  X(cuUserObjectRelease, cuUserObjectRelease, 11030, true)                              \
+  X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030, true)                      \
+  X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, true)                                 \
+  X(cuModuleUnload, cuModuleUnload, 2000, true)                                         \
+  X(cuModuleGetFunction, cuModuleGetFunction, 2000, true)                               \
   X(cuLaunchKernel, cuLaunchKernel, 4000, true)
 
 namespace custream::detail {

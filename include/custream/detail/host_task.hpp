@@ -17,28 +17,35 @@ class Stream;
 
 namespace detail {
 
-/// A free block of the host-task pool (lib/host_function.cpp, invariants 7 and 8).
+/// A free block of the host-task pool (lib/host_task_pool.cpp; lib/host_function.cpp,
+/// invariants 7 and 8).
 struct PoolBlock {
   PoolBlock* next;
 };
-/// This thread's free blocks. Initial-exec TLS: no __tls_get_addr call, also from a shared
-/// libcustream.
+/// This thread's free blocks (fewer than kPoolBatch). Initial-exec TLS: no __tls_get_addr
+/// call, also from a shared libcustream.
 extern thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec")));
 /// Refills this thread's list with one batch of at most kPoolBatch blocks (freed ones, or a
 /// new slab) and returns one block. @throws std::bad_alloc.
 [[gnu::cold]] void* pool_refill();
-/// The most blocks a refill hands a thread, so the most a thread holds (invariant 7).
+/// The most blocks a refill hands a thread, and the most a freeing thread keeps before it
+/// gives them back as one batch (invariant 7).
 inline constexpr std::size_t kPoolBatch = 64;
 
 /// What the pool holds (for tests and diagnostics).
 struct PoolStats {
-  std::size_t thread_held = 0;  ///< blocks in the calling thread's list
-  std::size_t shared = 0;       ///< free blocks no thread holds
-  std::size_t slabs = 0;        ///< slabs allocated so far (never freed)
-  bool pooled = true;           ///< false under AddressSanitizer: every task is plain new/delete
+  std::size_t thread_held = 0;     ///< blocks in the calling thread's list
+  std::size_t freeing = 0;         ///< freed blocks in threads' partial batches, all threads
+  std::size_t shared = 0;          ///< free blocks in whole batches no thread holds
+  std::size_t slabs = 0;           ///< slabs allocated so far (never freed)
+  std::size_t blocks = 0;          ///< blocks the pool has made (slabs, plain late ones)
+  std::size_t exit_handbacks = 0;  ///< threads that gave their list back when they ended
+  std::size_t exit_returned = 0;   ///< blocks those threads walked and gave back, in all
+  bool pooled = true;              ///< false under AddressSanitizer: every task is plain new/delete
 };
-/// A snapshot of the pool. Walks this thread's list and the shared lists (a diagnostic, not
-/// for hot paths).
+/// A snapshot of the pool (lib/host_task_pool.cpp). Walks this thread's list, the shared
+/// batches and the threads' records under the pool's mutex: a diagnostic, not for hot paths.
+/// Never throws.
 PoolStats pool_stats() noexcept;
 
 /// Asks for the cache line at `p` in a writable state, without waiting for it.
@@ -66,7 +73,7 @@ struct HostTask {
   HostTask(const HostTask&) = delete;
   HostTask& operator=(const HostTask&) = delete;
 
-  /// Tasks of up to kPooledBytes come from a recycling pool (lib/host_function.cpp): a host
+  /// Tasks of up to kPooledBytes come from a recycling pool (lib/host_task_pool.cpp): a host
   /// function is allocated by the enqueueing thread and freed by the driver's thread, and
   /// malloc's arenas turned that hand-over into ~1 µs of contention per enqueue on the H200.
   static constexpr std::size_t kPooledBytes = 128;
