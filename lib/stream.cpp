@@ -18,7 +18,17 @@ void retain(StreamOwner* owner) noexcept {
 }
 
 void release(StreamOwner* owner) noexcept {
-  if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (owner == nullptr) return;
+  // A StreamScope of this thread borrows this stream: the reference moves there (invariant 4).
+  if (Stream* slots = t_current_streams) {
+    for (int i = 0; i < t_current_count; ++i) {
+      if (slots[i].owner_ == owner && slots[i].borrowed_) {
+        slots[i].borrowed_ = false;
+        return;
+      }
+    }
+  }
+  if (owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (owner->destroy != nullptr) {
     // The driver is loaded (the stream was created through it) and never unloaded. A failure
     // goes to the release-error handler, except CUDA_ERROR_DEINITIALIZED at exit (invariant 2).

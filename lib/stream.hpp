@@ -11,8 +11,13 @@
 //  3. Device and context of a wrapped stream are inferred once, with cuStreamGetCtx only
 //     (capture-safe), never with cuStreamGetDevice / cuStreamQuery (they invalidate a capture).
 //  4. Each thread keeps one current Stream per device in a thread-local array, allocated on
-//     first use; its slots hold references, so a current stream stays alive, also a
-//     StreamScope's entry (the variable it was made from may be reassigned in the scope).
+//     first use; its slots hold references, so a current stream stays alive. A StreamScope's
+//     entry is borrowed (not counted, so enter + exit make no atomic operation). Dropping a
+//     counted reference in a thread first looks for a borrowed entry of the same stream in
+//     that thread's slots and, when there is one, moves the reference into it instead of
+//     decrementing: a scoped variable reassigned or destroyed inside its scope cannot destroy
+//     the current stream. (A borrowed entry whose last counted reference another thread
+//     drops is not covered: the scoped variable belongs to this thread.)
 #pragma once
 
 #include <atomic>

@@ -316,3 +316,27 @@ TEST_CASE("raw driver: cuLaunchHostFunc racing with another thread's captures (p
   CHECK(launched == 2 * rounds);
   CHECK(runs.load() >= calls.load());
 }
+
+TEST_CASE("nested scopes of one stream survive its variable being dropped in the inner one",
+          "[gpu][safety][stream][current][emu-only]") {
+  REQUIRE_EMULATOR();
+  custream::Device(0).make_current();
+  (void)custream::current_stream();
+  const long live = custream_test::emu_live_objects();
+  CUstream handle = nullptr;
+  {
+    auto s = std::make_unique<Stream>(true);
+    handle = s->handle();
+    custream::StreamScope outer(*s);
+    {
+      custream::StreamScope inner(*s);
+      s.reset();  // the only counted reference: it moves into the inner scope's entry
+      CHECK(custream::current_stream().handle() == handle);
+    }
+    CHECK(custream::current_stream().handle() == handle);  // the outer entry keeps it
+    CHECK(raw().cuStreamQuery(handle) == CUDA_SUCCESS);
+    CHECK(custream_test::emu_live_objects() == live + 1);
+  }
+  CHECK(custream_test::emu_live_objects() == live);  // destroyed with the outer scope
+  CHECK(custream::current_stream() == Stream::null());
+}

@@ -92,6 +92,7 @@ class Stream {
         device_(other.device_),
         kind_(other.kind_),
         non_blocking_(other.non_blocking_),
+        borrowed_(other.borrowed_),
         owner_(other.owner_) {
     other.owner_ = nullptr;
   }
@@ -100,6 +101,7 @@ class Stream {
     if (other.owner_ != nullptr) detail::retain(other.owner_);
     drop();
     assign(other);
+    borrowed_ = false;
     return *this;
   }
   /// Takes over `other`'s reference.
@@ -107,6 +109,7 @@ class Stream {
     if (this != &other) {
       drop();
       assign(other);
+      borrowed_ = other.borrowed_;
       other.owner_ = nullptr;
     }
     return *this;
@@ -292,6 +295,7 @@ class Stream {
 
  private:
   friend Stream detail::stream_view(const detail::HostTask& task) noexcept;
+  friend void detail::release(detail::StreamOwner* owner) noexcept;
   /// Enqueues `task` as a host function; owns it from the call on (destroys it on failure).
   /// Inline fast path (lib/host_function.cpp, invariant 2): one capture check and the
   /// launch; capturing, failures and a driver not loaded yet go to the cold paths.
@@ -368,6 +372,24 @@ class Stream {
     return device_for_use_slow(r, current, call);
   }
   [[gnu::cold]] int device_for_use_slow(CUresult r, CUcontext current, const char* call) const;
+  /// Refers to `other`'s stream without counting a reference (a StreamScope's slot entry).
+  /// If a counted reference to it is dropped in this thread while the entry is borrowed (the
+  /// scoped variable reassigned), detail::release() moves that reference into the entry.
+  void borrow(const Stream& other) noexcept {
+    drop();
+    assign(other);
+    borrowed_ = true;
+  }
+  /// Becomes `previous` again (a StreamScope's exit). When this entry holds a counted
+  /// reference that moved in while `previous` borrows the same stream (nested scopes of one
+  /// stream), the reference stays, now `previous`'s.
+  void restore(Stream&& previous) noexcept {
+    if (owner_ != nullptr && owner_ == previous.owner_ && !borrowed_ && previous.borrowed_) {
+      previous.borrowed_ = false;
+      borrowed_ = true;  // not released by the assignment below: it passes on
+    }
+    *this = std::move(previous);
+  }
   /// Runs `call` on the stream; for a special handle with no current context, once more
   /// with the current device's primary context (only on that failure: hot paths pay nothing).
   template <typename Call>
@@ -389,7 +411,7 @@ class Stream {
     owner_ = other.owner_;
   }
   void drop() noexcept {
-    if (owner_ != nullptr) detail::release(owner_);
+    if (owner_ != nullptr && !borrowed_) detail::release(owner_);
   }
 
   CUstream handle_ = nullptr;
@@ -397,6 +419,7 @@ class Stream {
   int device_ = -1;
   Kind kind_ = Kind::special;
   bool non_blocking_ = false;  // created streams only
+  bool borrowed_ = false;      // a StreamScope's slot entry: owner_ not counted (yet)
   detail::StreamOwner* owner_ = nullptr;
 };
 

@@ -11,11 +11,12 @@ namespace custream {
 /// restores whatever was current before, also a stream selected with Stream::use() (CuPy
 /// #8377 lost it).
 ///
-/// The scope holds a reference to the stream, so the current stream stays valid whatever
-/// happens to the variable it was made from (reassigned or destroyed inside the scope). A
-/// temporary is still refused at compile time: `StreamScope s(Stream(true));` is almost
-/// always a mistake. Enter + exit cost one cuCtxGetCurrent, plus one atomic increment and
-/// decrement for a stream custream created (none for wrapped and special streams).
+/// The scope borrows the stream (no atomic operation), and the current stream stays valid
+/// whatever this thread does with the variable it was made from: a reference dropped in this
+/// thread while the scope runs (the variable reassigned or destroyed) moves into the scope's
+/// entry instead of destroying the stream. A temporary is refused at compile time. Copies
+/// taken with current_stream() inside the scope are full references. Enter + exit cost one
+/// cuCtxGetCurrent and no atomic operation.
 class StreamScope {
  public:
   /// Makes `stream` current. @throws Error when its device is not the current device
@@ -24,12 +25,12 @@ class StreamScope {
       : device_(stream.device_for_use("custream::StreamScope")) {
     Stream& slot = detail::current_slot(device_);
     previous_ = std::move(slot);
-    slot = stream;  // counted: the variable `stream` may be reassigned inside the scope
+    slot.borrow(stream);  // see detail::release(): a reference dropped meanwhile moves here
   }
   /// Refused: the scope would outlive a temporary stream.
   explicit StreamScope(Stream&&) = delete;
   /// Restores the previous current stream. Never throws.
-  ~StreamScope() { detail::current_slot(device_) = std::move(previous_); }
+  ~StreamScope() { detail::current_slot(device_).restore(std::move(previous_)); }
 
   StreamScope(const StreamScope&) = delete;
   StreamScope& operator=(const StreamScope&) = delete;
