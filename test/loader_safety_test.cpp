@@ -16,6 +16,7 @@
 #include "custream/device_buffer.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/release_error_handler.hpp"
+#include "release_support.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
 
@@ -32,25 +33,7 @@ std::string contains_text(const std::string& haystack, const std::string& needle
   return haystack.find(needle) != std::string::npos ? needle : haystack;
 }
 
-// Collects the reports made while it lives; restores the previous handler.
-class Reports {
- public:
-  Reports()
-      : previous_(custream::set_release_error_handler([this](const ReleaseError& e) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          seen_.push_back(e);
-        })) {}
-  ~Reports() { custream::set_release_error_handler(std::move(previous_)); }
-  std::vector<ReleaseError> seen() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return seen_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<ReleaseError> seen_;
-  custream::ReleaseErrorHandler previous_;
-};
+using Reports = custream_test::ReleaseReports;
 
 // What `body` writes on stderr (file descriptor 2).
 template <typename Body>

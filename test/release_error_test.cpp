@@ -17,6 +17,7 @@
 #include "custream/event.hpp"
 #include "custream/graph.hpp"
 #include "custream/release_error_handler.hpp"
+#include "release_support.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
 
@@ -27,25 +28,7 @@ using custream_test::raw;
 
 namespace {
 
-// Collects the reports made while it lives; restores the previous handler.
-class Reports {
- public:
-  Reports()
-      : previous_(custream::set_release_error_handler([this](const ReleaseError& e) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          seen_.push_back(e);
-        })) {}
-  ~Reports() { custream::set_release_error_handler(std::move(previous_)); }
-  std::vector<ReleaseError> seen() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return seen_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<ReleaseError> seen_;
-  custream::ReleaseErrorHandler previous_;
-};
+using Reports = custream_test::ReleaseReports;
 
 void expect_one(Reports& reports, const std::string& call, const std::string& subject) {
   const std::vector<ReleaseError> seen = reports.seen();
