@@ -169,18 +169,12 @@ void discard_capture(const Stream& s) noexcept {
   const detail::DriverApi& api = detail::g_loaded.load(std::memory_order_acquire)->api;
   CUgraph graph = nullptr;
   CUresult r = CUDA_SUCCESS;
-  {
+  try {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
-    r = api.cuStreamEndCapture(s.handle(), &graph);
-    if (r == CUDA_ERROR_INVALID_CONTEXT && s.is_special()) {  // the special-handle retry
-      try {
-        std::optional<ContextScope> scope;
-        r = detail::retry_on_current_device(
-            r, true, scope, [&] { return api.cuStreamEndCapture(s.handle(), &graph); });
-      } catch (const Error& e) {  // no context could be made current
-        r = e.result();
-      }
-    }
+    std::optional<ContextScope> scope;                                // the special-handle retry
+    r = with_context(s, scope, [&] { return api.cuStreamEndCapture(s.handle(), &graph); });
+  } catch (const Error& e) {  // no context could be made current for a special handle
+    r = e.result();
   }
   detail::report_release_failure(r, "cuStreamEndCapture", "stream", s.handle());
   if (r == CUDA_SUCCESS && graph != nullptr) {

@@ -162,10 +162,9 @@ int Stream::priority() const {
 }
 
 namespace {
-// Throws instead of a capture-unsafe query on a capturing stream (invariant 3).
-// Throws unless `s` is known not to be capturing; for a special handle with no current
-// context, asks under the current device's primary context, kept in `scope` for the query that
-// follows (the same context the capture check saw).
+// Throws instead of a capture-unsafe query on a capturing stream (invariant 3), and unless `s`
+// is known not to be capturing. For a special handle with no current context it asks under the
+// current device's primary context, kept in `scope` for the query that follows.
 void refuse_while_capturing(const Stream& s, const char* call, std::optional<ContextScope>& scope) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const detail::DriverApi& api = detail::api();
