@@ -165,9 +165,8 @@ const char* node_type_name(CUgraphNodeType t) {
 std::string node_text(CUgraphNode node) {
   if (node == nullptr) return "no particular node";
   std::string text = "node " + detail::pointer_text(node);
-  const auto get_type = detail::api().cuGraphNodeGetType;
   CUgraphNodeType type{};
-  if (get_type != nullptr && get_type(node, &type) == CUDA_SUCCESS) {
+  if (detail::api().cuGraphNodeGetType(node, &type) == CUDA_SUCCESS) {
     text += std::string(" (") + node_type_name(type) + ")";
   }
   return text;

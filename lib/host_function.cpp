@@ -277,10 +277,9 @@ std::vector<RunOnceNode> find_run_once_nodes(const detail::DriverApi& api, CUgra
   std::vector<CUgraphNode> nodes(count);
   detail::check(api.cuGraphGetNodes(graph, nodes.data(), &count), "cuGraphGetNodes");
   nodes.resize(count);
-  const auto get_type = detail::require(api.cuGraphNodeGetType, "cuGraphNodeGetType");
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type{};
-    detail::check(get_type(node, &type), "cuGraphNodeGetType");
+    detail::check(api.cuGraphNodeGetType(node, &type), "cuGraphNodeGetType");
     if (type != CU_GRAPH_NODE_TYPE_HOST) continue;
     CUDA_HOST_NODE_PARAMS params{};
     detail::check(api.cuGraphHostNodeGetParams(node, &params), "cuGraphHostNodeGetParams");

@@ -86,7 +86,7 @@
   X(cuGraphCreate, cuGraphCreate, 10000, false)                                         \
   X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                        \
   X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                      \
-  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, false)                               \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, true)                                \
   X(cuGraphHostNodeGetParams, cuGraphHostNodeGetParams, 10000, true)                    \
   X(cuGraphHostNodeSetParams, cuGraphHostNodeSetParams, 10000, true)                    \
   X(cuGraphDebugDotPrint, cuGraphDebugDotPrint, 11030, false)                           \
