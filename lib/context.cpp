@@ -1,4 +1,5 @@
-// Primary contexts, the context→device lookup and ContextScope. Invariants: context.hpp.
+// Primary contexts, the context→device lookup and ContextScope. Design:
+// docs/design/contexts.md.
 #include "context.hpp"
 
 #include <mutex>
@@ -13,9 +14,7 @@ CUcontext retain_primary_context(const Loaded& l, int ordinal) {
   std::lock_guard<std::mutex> lock(slot.retain_mutex);  // per device
   if (CUcontext c = slot.primary.load(std::memory_order_acquire)) return c;
   CUcontext c = nullptr;
-  if (CUresult r = l.api.cuDevicePrimaryCtxRetain(&c, slot.device); r != CUDA_SUCCESS) {
-    throw_device_error(r, "cuDevicePrimaryCtxRetain", ordinal);
-  }
+  call<&DriverApi::cuDevicePrimaryCtxRetain>(device_subject(ordinal), &c, slot.device);
   // Never released: other threads may hold it, and releasing at exit could run after the
   // driver is gone.
   slot.primary.store(c, std::memory_order_release);
@@ -38,24 +37,23 @@ int device_of_context(CUcontext context) {
   if (const int ordinal = known_primary_device(l, context); ordinal >= 0) return ordinal;
   CUdevice device = 0;
   if (l.api.cuCtxGetDevice_v2 != nullptr) {
-    if (CUresult r = l.api.cuCtxGetDevice_v2(&device, context); r != CUDA_SUCCESS) {
-      throw_error(r, "cuCtxGetDevice", "context " + pointer_text(context));
-    }
+    call<&DriverApi::cuCtxGetDevice_v2>(context_subject(context), &device, context);
   } else {
     ContextScope scope(context);
-    if (CUresult r = l.api.cuCtxGetDevice(&device); r != CUDA_SUCCESS) {
-      throw_error(r, "cuCtxGetDevice", "context " + pointer_text(context));
-    }
+    call<&DriverApi::cuCtxGetDevice>(context_subject(context), &device);
   }
   return ordinal_of(l, device);
 }
 
 int current_device_ordinal(const Loaded& l) {
   CUcontext context = nullptr;
-  if (CUresult r = l.api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
-    throw_error(r, "cuCtxGetCurrent");
-  }
+  call<&DriverApi::cuCtxGetCurrent>({}, &context);
   return device_of_current(l, context);
+}
+
+CUcontext current_primary_context() {
+  const Loaded& l = loaded();
+  return primary_context(l, current_device_ordinal(l));
 }
 
 }  // namespace custream::detail
@@ -63,14 +61,10 @@ int current_device_ordinal(const Loaded& l) {
 namespace custream {
 
 ContextScope::ContextScope(CUcontext context) {
-  const detail::DriverApi& api = detail::api();
-  if (CUresult r = api.cuCtxGetCurrent(&previous_); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuCtxGetCurrent");
-  }
+  using detail::DriverApi;
+  detail::call<&DriverApi::cuCtxGetCurrent>({}, &previous_);
   if (previous_ == context) return;
-  if (CUresult r = api.cuCtxSetCurrent(context); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuCtxSetCurrent", "context " + detail::pointer_text(context));
-  }
+  detail::call<&DriverApi::cuCtxSetCurrent>(detail::context_subject(context), context);
   switched_ = true;
 }
 
@@ -79,9 +73,8 @@ ContextScope::~ContextScope() {
   // wrong context current: the release-error handler hears of it (except
   // CUDA_ERROR_DEINITIALIZED during teardown, when there is nothing left to restore).
   if (switched_) {
-    detail::report_release_failure(
-        detail::g_loaded.load(std::memory_order_acquire)->api.cuCtxSetCurrent(previous_),
-        "cuCtxSetCurrent", "context (restoring it)", previous_);
+    detail::release_call<&detail::DriverApi::cuCtxSetCurrent>("context (restoring it)",
+                                                              previous_, previous_);
   }
 }
 

@@ -1,5 +1,5 @@
-// The current stream per thread and device: current_stream(), Stream::use(), StreamScope.
-// Invariants: stream.hpp (4).
+// The current stream per thread and device (current_stream(), StreamScope; Stream::use() is
+// in stream.cpp). Design: docs/design/streams.md, invariant 4.
 #include "custream/current_stream.hpp"
 
 #include <cstdlib>
@@ -54,19 +54,5 @@ Stream current_stream_slow(int device_id) {
 }
 
 }  // namespace detail
-
-int Stream::device_for_use_slow(CUresult r, CUcontext context, const char* call) const {
-  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
-  const int current = detail::device_of_current(detail::loaded(), context);
-  if (is_special() || current == device_) return current;
-  throw Error(CUDA_ERROR_INVALID_DEVICE, call, to_string(),
-              "the stream belongs to device " + std::to_string(device_) + " but device " +
-                  std::to_string(current) + " is current");
-}
-
-const Stream& Stream::use() const {
-  detail::current_slot(device_for_use("custream::Stream::use")) = *this;
-  return *this;
-}
 
 }  // namespace custream

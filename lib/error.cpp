@@ -6,6 +6,7 @@
 #include <string>
 
 #include "custream/release_error_handler.hpp"
+#include "custream/stream_ref.hpp"
 #include "driver.hpp"
 #include "handler_slot.hpp"
 #include "result_names.hpp"
@@ -77,13 +78,53 @@ std::string pointer_text(const void* p) {
 
 void throw_error(CUresult result, const char* call) { throw Error(result, call, {}); }
 
-void throw_device_error(CUresult result, const char* call, int device) {
-  throw Error(result, call, "device " + std::to_string(device));
+std::string subject_text(const Subject& subject) {
+  using What = Subject::What;
+  const std::string device = " (device " + std::to_string(subject.device) + ")";
+  switch (subject.what) {
+    case What::none:
+      return {};
+    case What::device:
+      return "device " + std::to_string(subject.device);
+    case What::stream:
+      return "stream " + pointer_text(subject.handle) + device;
+    case What::event:
+      return "event " + pointer_text(subject.handle) + device;
+    case What::graph:
+      return "graph " + pointer_text(subject.handle);
+    case What::executable:
+      return "executable graph " + pointer_text(subject.handle);
+    case What::module:
+      return "module " + pointer_text(subject.handle) + device;
+    case What::context:
+      return "context " + pointer_text(subject.handle);
+  }
+  return {};
 }
 
-void throw_stream_error(CUresult result, const char* call, CUstream stream, int device) {
-  throw Error(result, call,
-              "stream " + pointer_text(stream) + " (device " + std::to_string(device) + ")");
+void throw_call_error(CUresult result, const char* call, const Subject& subject,
+                      std::string detail) {
+  throw Error(result, call, subject_text(subject), std::move(detail));
+}
+
+void throw_stream_error(CUresult result, const char* call, const StreamRef& stream,
+                        std::string detail) {
+  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+      result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    detail = "the call is not allowed while the stream (or the legacy stream it depends on) "
+             "captures; the driver has now invalidated that capture" +
+             (detail.empty() ? std::string() : "; " + detail);
+  }
+  throw_call_error(result, call, {Subject::What::stream, stream.handle(), stream.device_id()},
+                   std::move(detail));
+}
+
+void throw_bad_ordinal(int ordinal, int count, const char* call) {
+  throw Error(count == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_ERROR_INVALID_DEVICE, call,
+              "device " + std::to_string(ordinal),
+              count == 0 ? std::string("the driver reports no device")
+                         : "the driver reports " + std::to_string(count) +
+                               " device(s), ordinals 0.." + std::to_string(count - 1));
 }
 
 void throw_error(CUresult result, const char* call, std::string subject, std::string detail) {

@@ -1,16 +1,4 @@
-// custream::Event.
-//
-// Design note — invariants:
-//  1. An Event is {handle, device, flags, owner}; copies share the owner, whose last release
-//     destroys the CUevent (cuEventDestroy needs no current context).
-//  2. The owner (detail::EventOwner, event.hpp) remembers whether any copy recorded the
-//     event, so elapsed-time errors can say "never recorded" instead of the driver's bare
-//     CUDA_ERROR_INVALID_HANDLE.
-//  3. An event belongs to the context it was made in (its device's primary context): the
-//     driver refuses to record it on another context's stream. Event::record() with no stream
-//     therefore records a special handle with that context current, never in whatever
-//     context the calling thread has current.
-//  4. The owner is allocated before the CUevent is created, so no failure leaks a handle.
+// custream::Event. Design: docs/design/events.md.
 #include "custream/event.hpp"
 
 #include <atomic>
@@ -22,28 +10,27 @@
 #include "custream/current_stream.hpp"
 #include "custream/error.hpp"
 #include "custream/stream.hpp"
+#include "shared.hpp"
 
 namespace custream {
 namespace detail {
 
-void retain(EventOwner* owner) noexcept {
-  if (owner != nullptr) owner->refs.fetch_add(1, std::memory_order_relaxed);
+EventOwner::~EventOwner() {
+  if (event != nullptr) release_call<&DriverApi::cuEventDestroy>("event", event, event);
 }
-
-void release(EventOwner* owner) noexcept {
-  if (owner == nullptr || owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  // Loaded and never unloaded; CUDA_ERROR_DEINITIALIZED at exit leaves nothing to do.
-  report_release_failure(g_loaded.load(std::memory_order_acquire)->api.cuEventDestroy(owner->event),
-                         "cuEventDestroy", "event", owner->event);
-  delete owner;
-}
+template <>
+void Refs<EventOwner>::retain(EventOwner* owner) noexcept { count_up(owner); }
+template <>
+void Refs<EventOwner>::release(EventOwner* owner) noexcept { count_down(owner); }
 
 }  // namespace detail
 
+using detail::DriverApi;
+
 namespace {
 
-std::string event_text(CUevent e, int device) {
-  return "event " + detail::pointer_text(e) + " (device " + std::to_string(device) + ")";
+detail::Subject event_subject(CUevent e, int device) {
+  return {detail::Subject::What::event, e, device};
 }
 
 unsigned driver_flags(EventFlags flags) {
@@ -77,71 +64,33 @@ EventFlags checked(EventFlags flags) {
 }
 }  // namespace
 
+template <typename Create>
+Event::Event(int device, EventFlags flags, Create create) : device_(device), flags_(flags) {
+  ContextScope scope(detail::primary_context(detail::loaded(), device));
+  auto owner = std::make_unique<detail::EventOwner>(nullptr);  // first: nothing to leak
+  CUevent event = nullptr;
+  create(&event);
+  owner->event = event;
+  handle_ = event;
+  owner_ = detail::Shared<detail::EventOwner>(owner.release());
+}
+
 Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flags) {}
 
-Event::Event(Device device, EventFlags flags) : device_(device.ordinal()), flags_(checked(flags)) {
-  const detail::Loaded& l = detail::loaded();
-  ContextScope scope(detail::primary_context(l, device_));
-  auto owner = std::make_unique<detail::EventOwner>();  // before the handle: nothing to leak
-  if (CUresult r = l.api.cuEventCreate(&handle_, driver_flags(flags)); r != CUDA_SUCCESS) {
-    detail::throw_device_error(r, "cuEventCreate", device_);
-  }
-  owner_ = owner.release();
-  owner_->event = handle_;
-}
-
-Event::Event(CUevent handle, int device, EventFlags flags, detail::EventOwner* owner) noexcept
-    : handle_(handle), device_(device), flags_(flags), owner_(owner) {
-  owner_->event = handle;
-}
+Event::Event(Device device, EventFlags flags)
+    : Event(device.ordinal(), checked(flags), [&](CUevent* event) {
+        detail::call<&DriverApi::cuEventCreate>(detail::device_subject(device.ordinal()), event,
+                                                driver_flags(flags));
+      }) {}
 
 Event Event::open_ipc(const CUipcEventHandle& handle) {
   const detail::Loaded& l = detail::loaded();
-  auto open = detail::require(l.api.cuIpcOpenEventHandle, "cuIpcOpenEventHandle");
+  detail::entry<&DriverApi::cuIpcOpenEventHandle>(l.api);  // an older driver: say so first
   const int device = detail::current_device_ordinal(l);
-  ContextScope scope(detail::primary_context(l, device));
-  auto owner = std::make_unique<detail::EventOwner>();  // before the handle: nothing to leak
-  CUevent event = nullptr;
-  if (CUresult r = open(&event, handle); r != CUDA_SUCCESS) {
-    detail::throw_device_error(r, "cuIpcOpenEventHandle", device);
-  }
-  return Event(event, device, EventFlags::interprocess, owner.release());
-}
-
-Event::Event(const Event& other) noexcept
-    : handle_(other.handle_), device_(other.device_), flags_(other.flags_), owner_(other.owner_) {
-  detail::retain(owner_);
-}
-
-Event::Event(Event&& other) noexcept
-    : handle_(other.handle_), device_(other.device_), flags_(other.flags_), owner_(other.owner_) {
-  other.owner_ = nullptr;
-  other.handle_ = nullptr;
-}
-
-Event& Event::operator=(const Event& other) noexcept {
-  if (this != &other) {
-    detail::retain(other.owner_);
-    detail::release(owner_);
-    handle_ = other.handle_;
-    device_ = other.device_;
-    flags_ = other.flags_;
-    owner_ = other.owner_;
-  }
-  return *this;
-}
-
-Event& Event::operator=(Event&& other) noexcept {
-  if (this != &other) {
-    detail::release(owner_);
-    handle_ = other.handle_;
-    device_ = other.device_;
-    flags_ = other.flags_;
-    owner_ = other.owner_;
-    other.owner_ = nullptr;
-    other.handle_ = nullptr;
-  }
-  return *this;
+  return Event(device, EventFlags::interprocess, [&](CUevent* event) {
+    detail::call<&DriverApi::cuIpcOpenEventHandle>(detail::device_subject(device), event,
+                                                   handle);
+  });
 }
 
 void Event::record() {
@@ -153,24 +102,21 @@ void Event::record() {
   record(stream);
 }
 
-void Event::record(const Stream& stream) { stream.record(*this); }
-
 void Event::synchronize() const {
-  if (CUresult r = detail::api().cuEventSynchronize(handle_); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuEventSynchronize", event_text(handle_, device_));
-  }
+  detail::call<&DriverApi::cuEventSynchronize>(event_subject(handle_, device_), handle_);
 }
 
 bool Event::done() const {
-  CUresult r = detail::api().cuEventQuery(handle_);
+  const CUresult r = detail::try_call<&DriverApi::cuEventQuery>(static_cast<CUevent>(handle_));
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) return false;
-  detail::throw_error(r, "cuEventQuery", event_text(handle_, device_));
+  detail::fail<&DriverApi::cuEventQuery>(r, event_subject(handle_, device_));
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
   float ms = 0;
-  CUresult r = detail::api().cuEventElapsedTime(&ms, start.handle_, end.handle_);
+  const CUresult r = detail::try_call<&DriverApi::cuEventElapsedTime>(
+      &ms, static_cast<CUevent>(start.handle_), static_cast<CUevent>(end.handle_));
   if (r == CUDA_SUCCESS) return ms;
   std::string why;
   for (const Event* e : {&start, &end}) {
@@ -183,24 +129,24 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     }
   }
   if (why.empty() && r == CUDA_ERROR_NOT_READY) why = "an event has not completed yet";
-  detail::throw_error(
-      r, "cuEventElapsedTime",
-      event_text(start.handle_, start.device_) + " -> " + event_text(end.handle_, end.device_),
-      why);
+  detail::throw_error(r, "cuEventElapsedTime",
+                      detail::subject_text(event_subject(start.handle_, start.device_)) +
+                          " -> " + detail::subject_text(event_subject(end.handle_, end.device_)),
+                      why);
 }
 
 CUipcEventHandle Event::ipc_handle() const {
   if ((flags_ & EventFlags::interprocess) == EventFlags::none) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "cuIpcGetEventHandle", event_text(handle_, device_),
+    throw Error(CUDA_ERROR_INVALID_VALUE, "cuIpcGetEventHandle",
+                detail::subject_text(event_subject(handle_, device_)),
                 "the event was not created with EventFlags::interprocess");
   }
   const detail::Loaded& l = detail::loaded();
-  auto get = detail::require(l.api.cuIpcGetEventHandle, "cuIpcGetEventHandle");
+  detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);  // an older driver: say so first
   ContextScope scope(detail::primary_context(l, device_));  // the driver needs one current
   CUipcEventHandle handle{};
-  if (CUresult r = get(&handle, handle_); r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuIpcGetEventHandle", event_text(handle_, device_));
-  }
+  detail::call<&DriverApi::cuIpcGetEventHandle>(event_subject(handle_, device_), &handle,
+                                                static_cast<CUevent>(handle_));
   return handle;
 }
 

@@ -1,270 +1,237 @@
-// custream::Stream and ExternalStream. Invariants: stream.hpp.
+// custream::StreamRef, custream::Stream and ExternalStream. Design: docs/design/streams.md.
 #include "stream.hpp"
 
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "context.hpp"
+#include "custream/capture.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
 #include "custream/event.hpp"
-#include "custream/external_stream.hpp"
+#include "custream/host_function.hpp"
 
 namespace custream {
 namespace detail {
 
-void retain(StreamOwner* owner) noexcept {
-  if (owner != nullptr) owner->refs.fetch_add(1, std::memory_order_relaxed);
-}
-
-void release(StreamOwner* owner) noexcept {
-  if (owner == nullptr) return;
-  // A StreamScope of this thread borrows this stream: the reference moves there (invariant 4).
+// A StreamScope of this thread borrows this stream: the dropped reference moves into its
+// entry instead (streams.md, invariant 4).
+template <>
+void Refs<StreamOwner>::release(StreamOwner* owner) noexcept {
   if (Stream* slots = t_current_streams) {
     for (int i = 0; i < t_current_count; ++i) {
-      if (slots[i].owner_ == owner && slots[i].borrowed_) {
+      if (slots[i].owner_.get() == owner && slots[i].borrowed_) {
         slots[i].borrowed_ = false;
         return;
       }
     }
   }
-  if (owner->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (owner->destroy != nullptr) {
-    // The driver is loaded (the stream was created through it) and never unloaded. A failure
-    // goes to the release-error handler, except CUDA_ERROR_DEINITIALIZED at exit (invariant 2).
-    report_release_failure(
-        g_loaded.load(std::memory_order_acquire)->api.cuStreamDestroy(owner->destroy),
-        "cuStreamDestroy", "stream", owner->destroy);
-  }
-  delete owner;
+  count_down(owner);
 }
-
-}  // namespace detail
+template <>
+void Refs<StreamOwner>::retain(StreamOwner* owner) noexcept {
+  count_up(owner);
+}
 
 namespace {
-
-constexpr const char* kind_name(Stream::Kind kind) {
-  return kind == Stream::Kind::external ? "ExternalStream" : "Stream";
+Subject stream_subject(const StreamRef& s) noexcept {
+  return {Subject::What::stream, s.handle(), s.device_id()};
 }
 
-}  // namespace
-
-Stream::Stream(bool non_blocking, int priority)
-    : Stream(Device::current(), non_blocking, priority) {}
-
-Stream::Stream(Device device, bool non_blocking, int priority)
-    : device_(device.ordinal()), kind_(Kind::created), non_blocking_(non_blocking) {
-  const detail::Loaded& l = detail::loaded();
-  context_ = detail::primary_context(l, device_);
-  ContextScope scope(context_);
-  const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  auto owner = std::make_unique<detail::StreamOwner>();  // first: a failure leaks no handle
-  if (CUresult r = l.api.cuStreamCreateWithPriority(&handle_, flags, priority); r != CUDA_SUCCESS) {
-    detail::throw_error(
-        r, "cuStreamCreateWithPriority", "device " + std::to_string(device_),
-        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
+// Throws instead of a capture-unsafe query on a capturing stream (streams.md, invariant 3).
+// For a special handle with no current context it asks under the current device's primary
+// context, kept in `scope` for the query that follows.
+void refuse_while_capturing(const StreamRef& s, const char* call,
+                            std::optional<ContextScope>& scope) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult r = on_stream<&DriverApi::cuStreamIsCapturing>(s.is_special(), scope, s.handle(),
+                                                               &status);
+      r != CUDA_SUCCESS) {
+    throw_stream_error(r, "cuStreamIsCapturing", s);
   }
-  owner_ = owner.release();
-  owner_->destroy = handle_;
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, subject_text(stream_subject(s)),
+                "custream refused it: the stream is capturing, and the driver would invalidate "
+                "the capture");
+  }
 }
 
-Stream::Stream(CUstream handle, int device_id, std::shared_ptr<void> keep_alive)
-    : handle_(handle), kind_(Kind::external) {
+// Calls the entry on `s` with the special-handle retry; throws naming it and the stream.
+template <auto Field, typename... Args>
+void on(const StreamRef& s, std::optional<ContextScope>& scope, Args... args) {
+  if (CUresult r = on_stream<Field>(s.is_special(), scope, args...); r != CUDA_SUCCESS) {
+    throw_stream_error(r, EntryInfo<Field>::name, s);
+  }
+}
+template <auto Field, typename... Args>
+void on(const StreamRef& s, Args... args) {
+  std::optional<ContextScope> scope;
+  on<Field>(s, scope, args...);
+}
+}  // namespace
+}  // namespace detail
+
+using detail::DriverApi;
+
+// --- StreamRef ---
+
+StreamRef StreamRef::wrap(CUstream handle, int device_id) {
+  StreamRef ref(handle);
+  ref.kind_ = Kind::external;
   if (device_id != -1) {  // an explicit id: in range first, before any inference
     const int count = detail::loaded().device_count;
     if (static_cast<unsigned>(device_id) >= static_cast<unsigned>(count)) {
       detail::throw_bad_ordinal(device_id, count, "custream::ExternalStream");
     }
   }
-  if (is_special() && device_id != -1) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", to_string(),
+  if (ref.is_special()) {
+    if (device_id == -1) return ref;
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", ref.to_string(),
                 "a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) has no device of "
                 "its own: it is the current context's at each use, so device " +
                     std::to_string(device_id) +
                     " cannot be checked or kept; pass -1, and make the device current "
                     "(custream::DeviceScope) where the stream is used");
   }
-  if (!is_special()) {
-    // Infer once, capture-safely (invariant 3).
-    const detail::Loaded& l = detail::loaded();
-    CUresult r;
-    if (l.api.cuStreamGetCtx_v2 != nullptr) {
-      CUgreenCtx green = nullptr;
-      r = l.api.cuStreamGetCtx_v2(handle, &context_, &green);
-    } else {
-      r = l.api.cuStreamGetCtx(handle, &context_);
-    }
-    if (r != CUDA_SUCCESS) detail::throw_stream_error(r, "cuStreamGetCtx", handle, device_id);
-    device_ = detail::device_of_context(context_);
-    if (device_id != -1 && device_id != device_) {
-      throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
-                  "stream " + detail::pointer_text(handle),
-                  "it was given device " + std::to_string(device_id) + " but belongs to device " +
-                      std::to_string(device_) + " (cuStreamGetCtx)");
-    }
+  // Infer once, capture-safely (streams.md, invariant 3).
+  const detail::Subject subject{detail::Subject::What::stream, handle, device_id};
+  if (detail::api().cuStreamGetCtx_v2 != nullptr) {
+    CUgreenCtx green = nullptr;
+    detail::call<&DriverApi::cuStreamGetCtx_v2>(subject, handle, &ref.context_, &green);
+  } else {
+    detail::call<&DriverApi::cuStreamGetCtx>(subject, handle, &ref.context_);
   }
-  if (keep_alive) {
-    owner_ = new detail::StreamOwner;
-    owner_->keep_alive = std::move(keep_alive);
+  ref.device_ = detail::device_of_context(ref.context_);
+  if (device_id != -1 && device_id != ref.device_) {
+    throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
+                "stream " + detail::pointer_text(handle),
+                "it was given device " + std::to_string(device_id) + " but belongs to device " +
+                    std::to_string(ref.device_) + " (cuStreamGetCtx)");
   }
+  return ref;
 }
 
-template <typename Call>
-CUresult Stream::on_stream(Call call) const {
-  std::optional<ContextScope> scope;
-  return detail::retry_on_current_device(call(), is_special(), scope, call);
-}
-
-CUresult Stream::retry_or_fail(CUresult first, Op op, CUevent event) const {
-  const detail::DriverApi& api = detail::api();
-  CUstream h = handle_;
-  auto call = [&] {
-    switch (op) {
-      case Op::synchronize:
-        return api.cuStreamSynchronize(h);
-      case Op::query:
-        return api.cuStreamQuery(h);
-      case Op::record:
-        return api.cuEventRecord(event, h);
-      case Op::wait_event:
-        break;
-    }
-    return api.cuStreamWaitEvent(h, event, 0);
-  };
-  std::optional<ContextScope> scope;
-  const CUresult r = detail::retry_on_current_device(first, is_special(), scope, call);
-  if (r == CUDA_SUCCESS || (r == CUDA_ERROR_NOT_READY && op == Op::query)) return r;
-  constexpr const char* kNames[] = {"cuStreamSynchronize", "cuStreamQuery", "cuEventRecord",
-                                    "cuStreamWaitEvent"};
-  fail(r, kNames[static_cast<int>(op)]);
-}
-
-void Stream::fail(CUresult result, const char* call) const {
-  std::string detail;
-  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
-      result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
-    detail =
-        "the call is not allowed while the stream (or the legacy stream it depends on) "
-        "captures; the driver has now invalidated that capture";
-  }
-  detail::throw_error(result, call, to_string(), std::move(detail));
-}
-
-int Stream::priority() const {
+int StreamRef::priority() const {
   int value = 0;
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuStreamGetPriority(h, &value); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuStreamGetPriority");
-  }
+  detail::on<&DriverApi::cuStreamGetPriority>(*this, handle_, &value);
   return value;
 }
 
-namespace {
-// Throws instead of a capture-unsafe query on a capturing stream (invariant 3), and unless `s`
-// is known not to be capturing. For a special handle with no current context it asks under the
-// current device's primary context, kept in `scope` for the query that follows.
-void refuse_while_capturing(const Stream& s, const char* call, std::optional<ContextScope>& scope) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const detail::DriverApi& api = detail::api();
-  const CUstream h = s.handle();
-  auto query = [&] { return api.cuStreamIsCapturing(h, &status); };
-  const CUresult r = detail::retry_on_current_device(query(), s.is_special(), scope, query);
-  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuStreamIsCapturing", s.to_string());
-  if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, s.to_string(),
-                "custream refused it: the stream is capturing, and the driver would invalidate "
-                "the capture");
-  }
-}
-}  // namespace
-
-bool Stream::non_blocking() const {
+bool StreamRef::non_blocking() const {
   if (kind_ == Kind::created) return non_blocking_;
   std::optional<ContextScope> scope;
-  refuse_while_capturing(*this, "cuStreamGetFlags", scope);
+  detail::refuse_while_capturing(*this, "cuStreamGetFlags", scope);
   unsigned flags = 0;
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuStreamGetFlags(h, &flags); }); r != CUDA_SUCCESS) {
-    fail(r, "cuStreamGetFlags");
-  }
+  detail::on<&DriverApi::cuStreamGetFlags>(*this, scope, handle_, &flags);
   return (flags & CU_STREAM_NON_BLOCKING) != 0;
 }
 
-unsigned long long Stream::id() const {
-  auto get_id = detail::require(detail::api().cuStreamGetId, "cuStreamGetId");
+unsigned long long StreamRef::id() const {
+  detail::entry<&DriverApi::cuStreamGetId>(detail::api());  // an older driver: say so first
   std::optional<ContextScope> scope;
-  refuse_while_capturing(*this, "cuStreamGetId", scope);
+  detail::refuse_while_capturing(*this, "cuStreamGetId", scope);
   unsigned long long value = 0;
-  CUstream h = handle_;
-  if (CUresult r = on_stream([&] { return get_id(h, &value); }); r != CUDA_SUCCESS) {
-    fail(r, "cuStreamGetId");
-  }
+  detail::on<&DriverApi::cuStreamGetId>(*this, scope, handle_, &value);
   return value;
 }
 
-Event Stream::record() const {
+Event StreamRef::record() const {
   Event event(device_ >= 0 ? Device(device_) : Device::current());
   record(event);
   return event;
 }
 
-void Stream::wait(const Stream& other) const { wait_event(other.record()); }
+void StreamRef::wait(StreamRef other) const { wait_event(other.record()); }
 
-void Stream::memset(CUdeviceptr dst, unsigned char value, std::size_t count) const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuMemsetD8Async(dst, value, count, h); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuMemsetD8Async");
-  }
+void StreamRef::memset(CUdeviceptr dst, unsigned char value, std::size_t count) const {
+  detail::on<&DriverApi::cuMemsetD8Async>(*this, dst, value, count, handle_);
 }
 
-void Stream::memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuMemsetD32Async(dst, value, count, h); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuMemsetD32Async");
-  }
+void StreamRef::memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const {
+  detail::on<&DriverApi::cuMemsetD32Async>(*this, dst, static_cast<unsigned>(value), count,
+                                           handle_);
 }
 
-void Stream::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuMemcpyAsync(dst, src, bytes, h); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuMemcpyAsync");
-  }
+void StreamRef::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const {
+  detail::on<&DriverApi::cuMemcpyAsync>(*this, dst, src, bytes, handle_);
 }
 
-void Stream::copy(CUdeviceptr dst, const void* src, std::size_t bytes) const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuMemcpyHtoDAsync(dst, src, bytes, h); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuMemcpyHtoDAsync");
-  }
+void StreamRef::copy(CUdeviceptr dst, const void* src, std::size_t bytes) const {
+  detail::on<&DriverApi::cuMemcpyHtoDAsync>(*this, dst, src, bytes, handle_);
 }
 
-void Stream::copy(void* dst, CUdeviceptr src, std::size_t bytes) const {
-  CUstream h = handle_;
-  const auto& api = detail::api();
-  if (CUresult r = on_stream([&] { return api.cuMemcpyDtoHAsync(dst, src, bytes, h); });
-      r != CUDA_SUCCESS) {
-    fail(r, "cuMemcpyDtoHAsync");
-  }
+void StreamRef::copy(void* dst, CUdeviceptr src, std::size_t bytes) const {
+  detail::on<&DriverApi::cuMemcpyDtoHAsync>(*this, dst, src, bytes, handle_);
 }
 
-std::string Stream::to_string() const {
-  return std::string("<") + kind_name(kind_) + " " + detail::pointer_text(handle_) + " (device " +
-         std::to_string(device_) + ")>";
+std::string StreamRef::to_string() const {
+  return std::string(kind_ == Kind::external ? "<ExternalStream " : "<Stream ") +
+         detail::pointer_text(handle_) + " (device " + std::to_string(device_) + ")>";
 }
 
-std::ostream& operator<<(std::ostream& out, const Stream& stream) {
+std::ostream& operator<<(std::ostream& out, const StreamRef& stream) {
   return out << stream.to_string();
 }
+
+// --- Stream ---
+
+Stream::Stream(bool non_blocking, int priority)
+    : Stream(Device::current(), non_blocking, priority) {}
+
+Stream::Stream(Device device, bool non_blocking, int priority) {
+  const int ordinal = device.ordinal();
+  const CUcontext context = detail::primary_context(detail::loaded(), ordinal);
+  ContextScope scope(context);
+  const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+  auto owner = std::make_unique<detail::StreamOwner>();  // first: a failure leaks no handle
+  CUstream handle = nullptr;
+  if (CUresult r = detail::try_call<&DriverApi::cuStreamCreateWithPriority>(&handle, flags,
+                                                                            priority);
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuStreamCreateWithPriority>(
+        r, detail::device_subject(ordinal),
+        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
+  }
+  owner->destroy = handle;
+  owner_ = detail::Shared<detail::StreamOwner>(owner.release());
+  StreamRef::operator=(StreamRef(handle, context, ordinal, Kind::created, non_blocking));
+}
+
+Stream::Stream(StreamRef ref, std::shared_ptr<void> keep_alive) : StreamRef(ref) {
+  if (!keep_alive) return;
+  auto owner = std::make_unique<detail::StreamOwner>();
+  owner->keep_alive = std::move(keep_alive);
+  owner_ = detail::Shared<detail::StreamOwner>(owner.release());
+}
+
+int Stream::device_for_use_slow(CUresult r, CUcontext context, const char* call) const {
+  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
+  const int current = detail::device_of_current(detail::loaded(), context);
+  if (is_special() || current == device_id()) return current;
+  throw Error(CUDA_ERROR_INVALID_DEVICE, call, detail::subject_text(detail::stream_subject(*this)),
+              "the stream belongs to device " + std::to_string(device_id()) + " but device " +
+                  std::to_string(current) + " is current");
+}
+
+const Stream& Stream::use() const {
+  detail::current_slot(device_for_use("custream::Stream::use")) = *this;
+  return *this;
+}
+
+// The forwarders of the CuPy-shaped members (custream/host_function.hpp, custream/capture.hpp).
+
+void Stream::add_callback(CUstreamCallback fn, void* arg) const {
+  custream::add_callback(*this, fn, arg);
+}
+void Stream::begin_capture() const { custream::begin_capture(*this); }
+void Stream::begin_capture(CaptureMode mode) const { custream::begin_capture(*this, mode); }
+Graph Stream::end_capture() const { return custream::end_capture(*this); }
+Graph Stream::end_capture(InstantiateFlags flags) const {
+  return custream::end_capture(*this, flags);
+}
+bool Stream::is_capturing() const { return custream::is_capturing(*this); }
+CaptureInfo Stream::capture_info() const noexcept { return custream::capture_info(*this); }
+unsigned long long Stream::capture_id() const { return custream::capture_id(*this); }
 
 }  // namespace custream

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "catch_compat.hpp"
+#include "custream/stream_ref.hpp"
 #include "driver.hpp"
 
 using custream::Error;
@@ -50,7 +51,7 @@ TEST_CASE("result_name knows every code and names unknown ones", "[unit][error]"
 TEST_CASE("stream errors name the stream and the device", "[unit][error]") {
   try {
     custream::detail::throw_stream_error(CUDA_ERROR_ILLEGAL_ADDRESS, "cuStreamSynchronize",
-                                         reinterpret_cast<CUstream>(0x1), -1);
+                                         custream::StreamRef::legacy());
     FAIL("no throw");
   } catch (const Error& e) {
     CHECK(e.subject() == "stream 0x1 (device -1)");

@@ -68,6 +68,8 @@
 #include "custream/graph.hpp"
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
 #include "driver.hpp"

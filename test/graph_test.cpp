@@ -17,6 +17,8 @@
 #include "custream/graph_instantiate_error.hpp"
 #include "custream/graph_update_error.hpp"
 #include "custream/host_function_error_handler.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
 #include "graph_support.hpp"

@@ -15,6 +15,8 @@
 #include "custream/device_buffer.hpp"
 #include "custream/graph.hpp"
 #include "custream/module.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
 

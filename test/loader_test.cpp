@@ -19,6 +19,8 @@
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
 
@@ -153,7 +155,7 @@ TEST_CASE("a driver missing an optional entry point disables only that feature",
   REQUIRE(custream::driver_available());
   CHECK(custream::detail::api().cuStreamGetId == nullptr);
   try {
-    custream::detail::require(custream::detail::api().cuStreamGetId, "cuStreamGetId");
+    custream::detail::entry<&custream::detail::DriverApi::cuStreamGetId>(custream::detail::api());
     FAIL("no throw");
   } catch (const custream::Error& e) {
     CHECK(e.result() == CUDA_ERROR_NOT_SUPPORTED);

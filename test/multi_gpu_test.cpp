@@ -14,6 +14,8 @@
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
 #include "test_support.hpp"

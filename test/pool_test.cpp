@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "custream/detail/host_task.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
 

@@ -14,6 +14,8 @@
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
 #include "custream/host_function_error.hpp"
+#include "custream/capture.hpp"
+#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
 #include "graph_support.hpp"

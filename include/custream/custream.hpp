@@ -2,6 +2,7 @@
 /// Everything custream offers, in one include.
 #pragma once
 
+#include "custream/capture.hpp"
 #include "custream/capture_info.hpp"
 #include "custream/capture_mode.hpp"
 #include "custream/capture_scope.hpp"
@@ -19,6 +20,7 @@
 #include "custream/graph.hpp"
 #include "custream/graph_instantiate_error.hpp"
 #include "custream/graph_update_error.hpp"
+#include "custream/host_function.hpp"
 #include "custream/host_function_error.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "custream/instantiate_flags.hpp"
@@ -27,4 +29,5 @@
 #include "custream/release_error.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
+#include "custream/stream_ref.hpp"
 #include "custream/stream_scope.hpp"

@@ -8,8 +8,9 @@
 #include <chrono>
 #include <cstdint>
 
+#include "custream/detail/shared.hpp"
 #include "custream/device.hpp"
-#include "custream/stream.hpp"
+#include "custream/stream_ref.hpp"
 
 namespace custream {
 
@@ -32,14 +33,12 @@ constexpr EventFlags operator&(EventFlags a, EventFlags b) noexcept {
 namespace detail {
 /// Shared ownership of a CUevent: the last Event referring to it destroys it.
 struct EventOwner {
+  explicit EventOwner(CUevent e) noexcept : event(e) {}
+  ~EventOwner();  ///< destroys the CUevent (never throws)
   std::atomic<long> refs{1};
   std::atomic<bool> recorded{false};  ///< some copy recorded it (for elapsed-time errors)
   CUevent event = nullptr;
 };
-/// Drops one reference; destroys the event with the last one.
-void release(EventOwner* owner) noexcept;
-/// Adds one reference.
-void retain(EventOwner* owner) noexcept;
 }  // namespace detail
 
 /// A CUDA event. Copies share one CUevent, destroyed with the last copy.
@@ -60,15 +59,15 @@ class Event {
   static Event open_ipc(const CUipcEventHandle& handle);
 
   /// Another reference to the same CUevent.
-  Event(const Event& other) noexcept;
+  Event(const Event& other) noexcept = default;
   /// Takes over `other`'s reference; `other` becomes empty.
-  Event(Event&& other) noexcept;
+  Event(Event&& other) noexcept = default;
   /// Refers to `other`'s CUevent instead (dropping this reference).
-  Event& operator=(const Event& other) noexcept;
+  Event& operator=(const Event& other) noexcept = default;
   /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
-  Event& operator=(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept = default;
   /// Drops this reference; destroys the CUevent with the last one.
-  ~Event() { detail::release(owner_); }
+  ~Event() = default;
 
   /// The CUevent.
   CUevent handle() const noexcept { return handle_; }
@@ -82,7 +81,7 @@ class Event {
   /// whatever device is current in this thread. @throws Error on failure.
   void record();
   /// Records the event on `stream`. @throws Error on failure (naming the stream).
-  void record(const Stream& stream);
+  void record(StreamRef stream) { stream.record(*this); }
   /// Waits until the recorded work is done. @throws Error on failure.
   void synchronize() const;
   /// True when the recorded work is done (or it was never recorded); false only on
@@ -109,37 +108,25 @@ class Event {
   friend bool operator!=(const Event& a, const Event& b) noexcept { return !(a == b); }
 
  private:
-  friend class Stream;
-  /// Takes `owner` (allocated before `handle` was made, so a failed allocation leaks no
-  /// handle).
-  Event(CUevent handle, int device, EventFlags flags, detail::EventOwner* owner) noexcept;
+  friend class StreamRef;
+  /// Opens or creates the event in `device`'s primary context with `create` (given the
+  /// address of the handle to fill) and owns it.
+  template <typename Create>
+  Event(int device, EventFlags flags, Create create);
   void mark_recorded() const noexcept {
-    if (owner_ != nullptr && !owner_->recorded.load(std::memory_order_relaxed)) {
-      owner_->recorded.store(true, std::memory_order_relaxed);
+    detail::EventOwner* owner = owner_.get();
+    if (owner != nullptr && !owner->recorded.load(std::memory_order_relaxed)) {
+      owner->recorded.store(true, std::memory_order_relaxed);
     }
   }
   bool was_recorded() const noexcept {
-    return owner_ != nullptr && owner_->recorded.load(std::memory_order_relaxed);
+    return owner_ && owner_.get()->recorded.load(std::memory_order_relaxed);
   }
 
-  CUevent handle_ = nullptr;
+  detail::MovedFrom<CUevent> handle_;
   int device_ = -1;
   EventFlags flags_ = EventFlags::none;
-  detail::EventOwner* owner_ = nullptr;
+  detail::Shared<detail::EventOwner> owner_;
 };
-
-// Stream's inline hot paths that need Event complete (declared in stream.hpp).
-
-inline const Event& Stream::record(const Event& event) const {
-  const CUresult r = detail::api().cuEventRecord(event.handle(), handle_);
-  if (r != CUDA_SUCCESS) retry_or_fail(r, Op::record, event.handle());
-  event.mark_recorded();
-  return event;
-}
-
-inline void Stream::wait_event(const Event& event) const {
-  const CUresult r = detail::api().cuStreamWaitEvent(handle_, event.handle(), 0);
-  if (r != CUDA_SUCCESS) retry_or_fail(r, Op::wait_event, event.handle());
-}
 
 }  // namespace custream

@@ -30,7 +30,7 @@ class ExternalStream : public Stream {
   /// when `device_id` differs from the inferred device (naming both).
   explicit ExternalStream(CUstream handle, int device_id = -1,
                           std::shared_ptr<void> keep_alive = {})
-      : Stream(handle, device_id, std::move(keep_alive)) {}
+      : Stream(StreamRef::wrap(handle, device_id), std::move(keep_alive)) {}
 };
 
 }  // namespace custream

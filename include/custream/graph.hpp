@@ -7,16 +7,15 @@
 #include <cstddef>
 #include <string>
 
+#include "custream/detail/shared.hpp"
 #include "custream/instantiate_flags.hpp"
-#include "custream/stream.hpp"
+#include "custream/stream_ref.hpp"
 
 namespace custream {
 
 namespace detail {
 /// Shared ownership of a graph and its executable.
 struct GraphOwner;
-void release(GraphOwner* owner) noexcept;
-void retain(GraphOwner* owner) noexcept;
 }  // namespace detail
 
 /// A CUDA graph (CUgraph) together with its instantiated executable (CUgraphExec).
@@ -41,27 +40,27 @@ class Graph {
   /// special handle: the current context, or the current device's primary context).
   /// @throws GraphInstantiateError when instantiation fails (naming the instantiate result
   /// and node); Error on another driver failure.
-  static Graph adopt(CUgraph graph, InstantiateFlags flags, const Stream& upload_stream);
+  static Graph adopt(CUgraph graph, InstantiateFlags flags, StreamRef upload_stream);
   /// adopt() uploading on the current stream of the current device.
   static Graph adopt(CUgraph graph, InstantiateFlags flags = InstantiateFlags::upload);
   /// Instantiates `graph` without owning it: the caller keeps it alive at least as long as
   /// this Graph and its copies, and destroys it. Otherwise as adopt().
   /// @throws as adopt().
-  static Graph wrap(CUgraph graph, InstantiateFlags flags, const Stream& upload_stream);
+  static Graph wrap(CUgraph graph, InstantiateFlags flags, StreamRef upload_stream);
   /// wrap() uploading on the current stream of the current device.
   static Graph wrap(CUgraph graph, InstantiateFlags flags = InstantiateFlags::upload);
 
   /// Another reference to the same graph and executable.
-  Graph(const Graph& other) noexcept;
+  Graph(const Graph& other) noexcept = default;
   /// Takes over `other`'s reference; `other` becomes empty.
-  Graph(Graph&& other) noexcept;
+  Graph(Graph&& other) noexcept = default;
   /// Refers to `other`'s graph and executable instead (dropping this reference).
-  Graph& operator=(const Graph& other) noexcept;
+  Graph& operator=(const Graph& other) noexcept = default;
   /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
-  Graph& operator=(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept = default;
   /// Drops this reference; the last one destroys the executable and the graph (never
   /// throws; safe while a launch runs).
-  ~Graph() { detail::release(owner_); }
+  ~Graph() = default;
 
   /// The CUgraph (null for an empty Graph).
   CUgraph graph() const noexcept { return graph_; }
@@ -77,12 +76,12 @@ class Graph {
   void launch() const;
   /// Launches the executable on `stream` (cuGraphLaunch: one driver call, no context
   /// switch). @throws Error naming the graph and stream on a driver failure.
-  void launch(const Stream& stream) const;
+  void launch(StreamRef stream) const;
   /// Uploads the executable on the current stream of the current device (cuGraphUpload).
   /// @throws Error on a driver failure.
   void upload() const;
   /// Uploads the executable on `stream` (cuGraphUpload). @throws Error on a driver failure.
-  void upload(const Stream& stream) const;
+  void upload(StreamRef stream) const;
 
   /// Gives the executable the parameters of `newer`, a graph of the same topology (e.g. a
   /// later capture of the same work), with cuGraphExecUpdate. On success this Graph also
@@ -105,14 +104,13 @@ class Graph {
   friend bool operator!=(const Graph& a, const Graph& b) noexcept { return !(a == b); }
 
  private:
-  static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, const Stream& stream);
-  std::string describe() const;
-  [[gnu::cold]] void launch_failed(CUresult result, const Stream& stream) const;
+  static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream);
+  [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream) const;
 
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
+  detail::MovedFrom<CUgraph> graph_;
+  detail::MovedFrom<CUgraphExec> exec_;
   InstantiateFlags flags_ = InstantiateFlags::none;
-  detail::GraphOwner* owner_ = nullptr;
+  detail::Shared<detail::GraphOwner> owner_;
 };
 
 }  // namespace custream

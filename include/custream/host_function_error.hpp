@@ -5,7 +5,7 @@
 #include <exception>
 #include <string>
 
-#include "custream/stream.hpp"
+#include "custream/stream_ref.hpp"
 
 namespace custream {
 
@@ -16,7 +16,7 @@ struct HostFunctionError {
   /// The stream the callable was enqueued on: a non-owning view (the stream may be gone
   /// once the handler returns; for a captured callable it is the stream of the capture,
   /// not necessarily the one a replay runs on).
-  Stream stream;
+  StreamRef stream;
   /// The exception the callable threw.
   std::exception_ptr exception;
   /// True when the callable ran as a node of a captured graph (a replay).

@@ -10,7 +10,7 @@
 
 #include "custream/dim3.hpp"
 #include "custream/module.hpp"
-#include "custream/stream.hpp"
+#include "custream/stream_ref.hpp"
 
 namespace custream {
 
@@ -39,7 +39,7 @@ class Kernel {
   /// current.
   /// @throws Error naming the kernel, stream and configuration on a driver failure.
   template <typename... Args>
-  void launch(const Stream& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+  void launch(StreamRef stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
               const Args&... args) const {
     static_assert((std::is_trivially_copyable_v<Args> && ...),
                   "kernel arguments are copied bytewise: they must be trivially copyable");
@@ -50,14 +50,14 @@ class Kernel {
 
   /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams).
   /// @throws Error on a driver failure.
-  void launch_raw(const Stream& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+  void launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                   void** params) const;
 
  private:
   friend class Module;
   Kernel(CUfunction function, Module module) noexcept
       : function_(function), module_(std::move(module)) {}
-  [[gnu::cold]] void launch_failed(CUresult result, const Stream& stream, Dim3 grid, Dim3 block,
+  [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream, Dim3 grid, Dim3 block,
                                    std::size_t shared_bytes, void** params) const;
 
   CUfunction function_ = nullptr;

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "custream/detail/shared.hpp"
+
 namespace custream {
 
 class Kernel;
@@ -14,8 +16,6 @@ class Kernel;
 namespace detail {
 /// Shared ownership of a loaded module.
 struct ModuleOwner;
-void release(ModuleOwner* owner) noexcept;
-void retain(ModuleOwner* owner) noexcept;
 }  // namespace detail
 
 /// A CUDA module loaded into a device's primary context (cuModuleLoadDataEx). Copies share
@@ -39,15 +39,15 @@ class Module {
   static Module from_file(const std::string& path, int device_id = -1);
 
   /// Another reference to the same loaded module.
-  Module(const Module& other) noexcept;
+  Module(const Module& other) noexcept = default;
   /// Takes over `other`'s reference; `other` becomes empty.
-  Module(Module&& other) noexcept;
+  Module(Module&& other) noexcept = default;
   /// Refers to `other`'s loaded module instead (dropping this reference).
-  Module& operator=(const Module& other) noexcept;
+  Module& operator=(const Module& other) noexcept = default;
   /// Takes over `other`'s reference (dropping this one); `other` becomes empty.
-  Module& operator=(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept = default;
   /// Drops this reference; the last one unloads the module. Never throws.
-  ~Module() { detail::release(owner_); }
+  ~Module() = default;
 
   /// The kernel `name` (its mangled name for C++ kernels not declared extern "C").
   /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the kernel when absent.
@@ -62,9 +62,9 @@ class Module {
   friend class Kernel;
   static Module load(const void* image, int device_id, const char* what);
 
-  CUmodule module_ = nullptr;
-  int device_ = -1;
-  detail::ModuleOwner* owner_ = nullptr;
+  detail::MovedFrom<CUmodule> module_;
+  detail::MovedFrom<int, -1> device_;
+  detail::Shared<detail::ModuleOwner> owner_;
 };
 
 }  // namespace custream

@@ -1,5 +1,5 @@
 // This thread's current stream per device, as the inline current_stream() and StreamScope
-// need it. Internal; invariants in lib/stream.hpp (4).
+// need it. Internal. Design: docs/design/streams.md, invariant 4.
 #pragma once
 
 #include "custream/stream.hpp"

@@ -113,6 +113,22 @@ struct DriverApi {
 #undef CUSTREAM_DRIVER_FIELD
 };
 
+/// What the table says of one entry, by its field: `EntryInfo<&DriverApi::cuStreamQuery>::name`
+/// is "cuStreamQuery". The call layer (custream/detail/call.hpp) names a failing call from it,
+/// so no call site spells the name again.
+template <auto Field>
+struct EntryInfo;
+#define CUSTREAM_DRIVER_INFO(field_, symbol, version_, required_) \
+  template <>                                                     \
+  struct EntryInfo<&DriverApi::field_> {                          \
+    static constexpr const char* name = #symbol;                  \
+    static constexpr const char* field = #field_;                 \
+    static constexpr int version = version_;                      \
+    static constexpr bool required = required_;                   \
+  };
+CUSTREAM_DRIVER_ENTRIES(CUSTREAM_DRIVER_INFO)
+#undef CUSTREAM_DRIVER_INFO
+
 /// One row of the table, for the loader and for tests.
 struct DriverEntry {
   const char* field;

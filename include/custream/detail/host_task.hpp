@@ -1,6 +1,7 @@
 /// @file
-/// Internal: the heap payload of a host function or callback (SPEC §5). Used by the
-/// templates of custream::Stream; not part of the public API.
+/// Internal: the heap payload of a host function or callback. Used by the templates of
+/// custream/host_function.hpp; not part of the public API. Design:
+/// docs/design/host_functions.md.
 #pragma once
 
 #include <cuda.h>
@@ -11,14 +12,15 @@
 #include <type_traits>
 #include <utility>
 
+#include "custream/stream_ref.hpp"
+
 namespace custream {
 
 class Stream;
 
 namespace detail {
 
-/// A free block of the host-task pool (lib/host_task_pool.cpp; lib/host_function.cpp,
-/// invariants 7 and 8).
+/// A free block of the host-task pool (docs/design/host_functions.md, invariants 7 and 8).
 struct PoolBlock {
   PoolBlock* next;
 };
@@ -63,8 +65,8 @@ inline void prefetch_for_write(const void* p) noexcept {
 /// Type-erased with two function pointers: one allocation, no virtual table, no driver call
 /// on destruction (custream's part; the callable's own destructor is the caller's business).
 struct HostTask {
-  /// Runs the callable; `stream` is a non-owning view of the stream it was enqueued on.
-  using Invoke = void (*)(HostTask& self, const Stream& stream, CUresult status);
+  /// Runs the callable; `stream` is the stream it was enqueued on.
+  using Invoke = void (*)(HostTask& self, StreamRef stream, CUresult status);
   /// Destroys the callable and frees the task.
   using Destroy = void (*)(HostTask* self) noexcept;
 
@@ -78,7 +80,7 @@ struct HostTask {
   /// malloc's arenas turned that hand-over into ~1 µs of contention per enqueue on the H200.
   static constexpr std::size_t kPooledBytes = 128;
   /// Pooled allocation (falls back to ::operator new above kPooledBytes): pops this
-  /// thread's list, inline, and prefetches the next block (lib/host_function.cpp, 8).
+  /// thread's list, inline, and prefetches the next block (host_functions.md, invariant 8).
   static void* operator new(std::size_t size) {
     if (size > kPooledBytes) return ::operator new(size);
     PoolBlock* block = t_pool_free;
@@ -102,11 +104,7 @@ struct HostTask {
   Invoke invoke;
   Destroy destroy;
   /// The stream it was enqueued on (filled by the enqueueing call; owns nothing).
-  CUstream stream = nullptr;
-  CUcontext context = nullptr;
-  int device = -1;
-  unsigned char kind = 0;
-  bool non_blocking = false;
+  StreamRef stream;
   /// True when it became a node of a capture graph (runs on every replay).
   bool captured = false;
 
@@ -119,39 +117,58 @@ template <typename F>
 struct HostFunctionTask final : HostTask {
   template <typename G>
   explicit HostFunctionTask(G&& g) : HostTask(&call, &free), f(std::forward<G>(g)) {}
-  static void call(HostTask& self, const Stream&, CUresult) {
+  static void call(HostTask& self, StreamRef, CUresult) {
     static_cast<HostFunctionTask&>(self).f();
   }
   static void free(HostTask* self) noexcept { delete static_cast<HostFunctionTask*>(self); }
   F f;
 };
 
-/// A `void(Stream, CUresult)` callable.
-template <typename F>
+/// A `void(StreamRef, CUresult)` callable, or a `void(const Stream&, CUresult)` one (given a
+/// non-owning Stream: S is custream::Stream, complete where the task is made).
+template <typename F, typename S = Stream>
 struct StreamCallbackTask final : HostTask {
   template <typename G>
   explicit StreamCallbackTask(G&& g) : HostTask(&call, &free), f(std::forward<G>(g)) {}
-  static void call(HostTask& self, const Stream& stream, CUresult status) {
-    static_cast<StreamCallbackTask&>(self).f(stream, status);
+  static void call(HostTask& self, StreamRef stream, CUresult status) {
+    F& fn = static_cast<StreamCallbackTask&>(self).f;
+    if constexpr (std::is_invocable_v<F&, StreamRef, CUresult>) {
+      fn(stream, status);
+    } else {
+      fn(S(stream), status);
+    }
   }
   static void free(HostTask* self) noexcept { delete static_cast<StreamCallbackTask*>(self); }
   F f;
 };
 
-/// Accepts F for Stream::launch_host_func: a callable `void()` that can be moved (or
-/// copied) into the task.
+/// Accepts F for launch_host_func: a callable `void()` that can be moved (or copied) into
+/// the task.
 template <typename F>
 using enable_if_host_function = std::enable_if_t<std::is_invocable_v<std::decay_t<F>&> &&
                                                  std::is_constructible_v<std::decay_t<F>, F&&>>;
 
-/// Accepts F for Stream::add_callback: a callable `void(Stream, CUresult)`.
+/// Accepts F for add_callback: a callable `void(StreamRef, CUresult)` or
+/// `void(const Stream&, CUresult)` (S: custream::Stream).
 template <typename F, typename S>
 using enable_if_stream_callback =
-    std::enable_if_t<std::is_invocable_v<std::decay_t<F>&, const S&, CUresult> &&
+    std::enable_if_t<(std::is_invocable_v<std::decay_t<F>&, StreamRef, CUresult> ||
+                      std::is_invocable_v<std::decay_t<F>&, const S&, CUresult>) &&
                      std::is_constructible_v<std::decay_t<F>, F&&>>;
 
 /// The run-once trampoline (cuLaunchHostFunc, not capturing): runs the task, then frees it.
 void CUDA_CB run_host_task_once(void* task);
+
+/// launch_host_task before the driver is loaded: loads it (or throws), then enqueues `task`
+/// on `s`. Owns `task`.
+[[gnu::cold]] void enqueue_host_task(StreamRef s, HostTask* task);
+/// Where launch_host_task's fast path stopped: the capture check failed (`capturing`) or
+/// found a capture (`status`), or the launch failed (`launched`). Captures `task`, retries a
+/// special handle with the current device's context, or throws. Owns `task`.
+[[gnu::cold]] void host_task_not_launched(StreamRef s, HostTask* task, CUresult capturing,
+                                          CUstreamCaptureStatus status, CUresult launched);
+/// Enqueues `task` on `s` as a callback (or a host node while capturing); owns it likewise.
+void add_callback_task(StreamRef s, HostTask* task);
 
 /// True when a host function of type T can travel as cuLaunchHostFunc's `userData` itself:
 /// its bytes are all it is (trivially copyable and destructible, no padding bits), they fit in
@@ -184,10 +201,6 @@ void CUDA_CB run_in_pointer(void* p) noexcept {
   T& f = *std::launder(reinterpret_cast<T*>(bytes));
   f();
 }
-
-/// A non-owning Stream for `task`'s stream (defined in lib/host_function.cpp; a friend of
-/// Stream).
-Stream stream_view(const HostTask& task) noexcept;
 
 }  // namespace detail
 }  // namespace custream

@@ -1,0 +1,222 @@
+/// @file
+/// custream::StreamRef: a non-owning view of a CUDA stream, with the one-call operations.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "custream/detail/call.hpp"
+
+namespace custream {
+
+class Event;
+class StreamRef;
+
+namespace detail {
+template <auto Field, typename... Args>
+CUresult stream_call_failed(const StreamRef& s, CUresult first, CUresult allowed, Args... args);
+template <auto Field, typename... Args>
+void stream_call(const StreamRef& s, Args... args);
+}  // namespace detail
+
+/// A non-owning view of a CUDA stream: its handle, context, device and kind. Trivially
+/// copyable (three words); copying it never keeps the stream alive, so it must not outlive
+/// the stream it views. Every custream::Stream is a StreamRef (Stream = ownership + StreamRef),
+/// so functions that only use a stream take a StreamRef and accept a Stream as it is.
+///
+/// `device_id()` is the stream's device; it is -1 for the special handles 0 (null),
+/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, whose device is whatever context is current
+/// when they are used.
+///
+/// The hot paths (synchronize, done, record, wait_event) issue exactly one driver call and
+/// switch no context. For a special handle used with no context current, a call the driver
+/// refuses with CUDA_ERROR_INVALID_CONTEXT is made once more with the current device's
+/// primary context current (that failure is the only case that pays for it).
+class StreamRef {
+ public:
+  /// What a stream handle is.
+  enum class Kind : std::uint8_t {
+    special,   ///< 0, CU_STREAM_LEGACY or CU_STREAM_PER_THREAD: never destroyed, device -1
+    created,   ///< created (and owned) by a custream::Stream
+    external,  ///< a foreign stream, never destroyed by custream (ExternalStream, wrap())
+  };
+
+  /// The null stream (handle 0): the legacy default stream of the current context.
+  constexpr StreamRef() noexcept = default;
+  /// The null stream (0). Its device is the current one at each use.
+  static StreamRef null() noexcept { return StreamRef(); }
+  /// CU_STREAM_LEGACY (1), the legacy default stream.
+  static StreamRef legacy() noexcept { return StreamRef(CU_STREAM_LEGACY); }
+  /// CU_STREAM_PER_THREAD (2), the calling thread's per-thread default stream.
+  static StreamRef per_thread() noexcept { return StreamRef(CU_STREAM_PER_THREAD); }
+
+  /// A view of a stream somebody else created, with ExternalStream's rules: with
+  /// `device_id == -1` the device and context are inferred once with cuStreamGetCtx (safe
+  /// while the stream captures); an explicit id must be a device ordinal and is checked
+  /// against the inferred device; the special handles 0, 1 and 2 take no explicit id.
+  /// @throws Error as ExternalStream's constructor.
+  static StreamRef wrap(CUstream handle, int device_id = -1);
+
+  /// The CUstream (also usable as a cudaStream_t).
+  CUstream handle() const noexcept { return handle_; }
+  /// The device ordinal, or -1 for a special handle.
+  int device_id() const noexcept { return device_; }
+  /// The stream's context, or null for a special handle.
+  CUcontext context() const noexcept { return context_; }
+  /// What the handle is.
+  Kind kind() const noexcept { return kind_; }
+  /// True for the special handles 0, 1 and 2 (also when wrapped).
+  bool is_special() const noexcept {
+    return reinterpret_cast<std::uintptr_t>(handle_) <=
+           reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
+  }
+
+  /// The priority, as clamped by the driver (cuStreamGetPriority; capture-safe).
+  /// @throws Error on a driver failure.
+  int priority() const;
+  /// True when created with CU_STREAM_NON_BLOCKING. Known without a driver call for streams
+  /// a custream::Stream created; for others cuStreamGetFlags is asked, but never while the
+  /// stream captures (the driver would invalidate the capture): that throws instead.
+  /// @throws Error on a driver failure or while a foreign stream captures.
+  bool non_blocking() const;
+  /// The driver's unique stream id (cuStreamGetId, driver >= 12.0); refused like
+  /// non_blocking() while the stream captures.
+  /// @throws Error on a driver failure, while capturing, or with an older driver.
+  unsigned long long id() const;
+
+  /// Waits until all work on the stream is done (cuStreamSynchronize).
+  /// @throws Error naming the stream and device on failure.
+  void synchronize() const {
+    detail::stream_call<&detail::DriverApi::cuStreamSynchronize>(*this, handle_);
+  }
+  /// True when all work is done; false only on CUDA_ERROR_NOT_READY.
+  /// @throws Error for any other error (a dead GPU does not look busy forever).
+  bool done() const {
+    const CUresult r = detail::api().cuStreamQuery(handle_);
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return detail::stream_call_failed<&detail::DriverApi::cuStreamQuery>(
+               *this, r, CUDA_ERROR_NOT_READY, handle_) == CUDA_SUCCESS;
+  }
+
+  /// Records a new event (timing disabled) on the stream and returns it.
+  /// @throws Error on a driver failure.
+  Event record() const;
+  /// Records `event` on the stream (cuEventRecord) and returns it. Needs
+  /// custream/event.hpp, which anyone holding an Event has included.
+  /// @throws Error on a driver failure.
+  template <typename E, typename = std::enable_if_t<std::is_same_v<E, Event>>>
+  const E& record(const E& event) const {
+    detail::stream_call<&detail::DriverApi::cuEventRecord>(*this, event.handle(), handle_);
+    event.mark_recorded();
+    return event;
+  }
+  /// Makes later work on this stream wait for `event` (cuStreamWaitEvent).
+  /// @throws Error on a driver failure.
+  template <typename E, typename = std::enable_if_t<std::is_same_v<E, Event>>>
+  void wait_event(const E& event) const {
+    detail::stream_call<&detail::DriverApi::cuStreamWaitEvent>(*this, handle_, event.handle(),
+                                                               0u);
+  }
+  /// Makes later work on this stream wait for the work enqueued so far on `other`.
+  /// @throws Error on a driver failure.
+  void wait(StreamRef other) const;
+
+  /// Enqueues a memset of `count` bytes at `dst` to `value` (cuMemsetD8Async).
+  /// @throws Error on a driver failure.
+  void memset(CUdeviceptr dst, unsigned char value, std::size_t count) const;
+  /// Enqueues a memset of `count` 32-bit words at `dst` to `value` (cuMemsetD32Async).
+  /// @throws Error on a driver failure.
+  void memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const;
+  /// Enqueues a copy of `bytes` bytes (cuMemcpyAsync; unified addressing decides the
+  /// direction, so device and host pointers both work).
+  /// @throws Error on a driver failure.
+  void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const;
+  /// Enqueues a host-to-device copy (cuMemcpyHtoDAsync). @throws Error on a driver failure.
+  void copy(CUdeviceptr dst, const void* src, std::size_t bytes) const;
+  /// Enqueues a device-to-host copy (cuMemcpyDtoHAsync). @throws Error on a driver failure.
+  void copy(void* dst, CUdeviceptr src, std::size_t bytes) const;
+
+  /// "<Stream 0x7f… (device 0)>" (created, or a special handle) or
+  /// "<ExternalStream 0x… (device 0)>" (foreign).
+  std::string to_string() const;
+
+  /// Same handle.
+  friend bool operator==(const StreamRef& a, const StreamRef& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  /// Different handles.
+  friend bool operator!=(const StreamRef& a, const StreamRef& b) noexcept { return !(a == b); }
+  /// Orders by handle value.
+  friend bool operator<(const StreamRef& a, const StreamRef& b) noexcept {
+    return std::less<CUstream>()(a.handle_, b.handle_);
+  }
+  /// Orders by handle value.
+  friend bool operator>(const StreamRef& a, const StreamRef& b) noexcept { return b < a; }
+  /// Orders by handle value.
+  friend bool operator<=(const StreamRef& a, const StreamRef& b) noexcept { return !(b < a); }
+  /// Orders by handle value.
+  friend bool operator>=(const StreamRef& a, const StreamRef& b) noexcept { return !(a < b); }
+
+ private:
+  friend class Stream;
+  /// A special handle (0, 1 or 2).
+  explicit StreamRef(CUstream special) noexcept : handle_(special) {}
+  /// A view with everything known.
+  StreamRef(CUstream handle, CUcontext context, int device, Kind kind, bool non_blocking) noexcept
+      : handle_(handle),
+        context_(context),
+        device_(device),
+        kind_(kind),
+        non_blocking_(non_blocking) {}
+
+  CUstream handle_ = nullptr;
+  CUcontext context_ = nullptr;
+  int device_ = -1;
+  Kind kind_ = Kind::special;
+  bool non_blocking_ = false;  // streams a custream::Stream created only
+};
+
+/// Writes to_string().
+std::ostream& operator<<(std::ostream& out, const StreamRef& stream);
+
+namespace detail {
+
+/// The cold path of a stream call whose first attempt gave `first`: the special-handle retry
+/// (retry_special), then the result when it is CUDA_SUCCESS or `allowed`, else Error naming
+/// the entry and the stream.
+template <auto Field, typename... Args>
+[[gnu::cold, gnu::noinline]] CUresult stream_call_failed(const StreamRef& s, CUresult first,
+                                                         CUresult allowed, Args... args) {
+  std::optional<ContextScope> scope;
+  CUresult r = first;
+  if (retry_special(first, s.is_special(), scope)) r = (api().*Field)(args...);
+  if (r == CUDA_SUCCESS || r == allowed) return r;
+  throw_stream_error(r, EntryInfo<Field>::name, s);
+}
+
+/// Calls the entry on stream `s`: one driver call, and the cold path above on failure.
+template <auto Field, typename... Args>
+void stream_call(const StreamRef& s, Args... args) {
+  const CUresult r = entry<Field>(api())(args...);
+  if (r != CUDA_SUCCESS) stream_call_failed<Field>(s, r, CUDA_SUCCESS, args...);
+}
+
+}  // namespace detail
+}  // namespace custream
+
+/// Hashes by handle value, like CuPy.
+template <>
+struct std::hash<custream::StreamRef> {
+  /// The hash of the handle.
+  std::size_t operator()(const custream::StreamRef& s) const noexcept {
+    return std::hash<CUstream>()(s.handle());
+  }
+};
