@@ -1,4 +1,4 @@
-// Run-time loading of the CUDA driver. Invariants: see driver.hpp.
+// Run-time loading of the CUDA driver. Design: docs/design/loading.md (invariants 1-3).
 #include "driver.hpp"
 
 #include <dlfcn.h>

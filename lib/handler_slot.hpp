@@ -1,10 +1,5 @@
 // A process-wide, replaceable handler (host-function errors, release errors). Internal.
-//
-// Design note — invariants:
-//  1. The slot is leaked and mutex-guarded: no static destructor runs before a late report
-//     (a host function or a destructor at exit), and installing a handler is thread-safe.
-//  2. A report copies the handler under the lock and calls it outside, so a handler may
-//     install another one; an exception it throws is swallowed after a line on stderr.
+// Design: docs/design/error_handlers.md.
 #pragma once
 
 #include <cstdio>

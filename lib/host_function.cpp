@@ -69,24 +69,49 @@ void CUDA_CB destroy_task(void* p) {
 
 enum class TaskKind { host_function, callback };
 
+// What giving a payload to a graph's user object came to.
+struct Attached {
+  CUresult result = CUDA_SUCCESS;
+  const char* call = nullptr;  // the failing entry
+  bool object_made = false;    // the user object owns the payload (frees it when released)
+};
+
+// Gives `task` to a new user object and moves that object's reference to `graph` (invariant
+// 3). When the move fails, the object is released (which frees the payload) only when
+// `release_object`; otherwise it is kept: a leak rather than a dangling node.
+Attached give_to_graph(CUgraph graph, detail::HostTask* task, bool release_object) {
+  using Create = detail::EntryInfo<&DriverApi::cuUserObjectCreate>;
+  using Retain = detail::EntryInfo<&DriverApi::cuGraphRetainUserObject>;
+  CUuserObject object = nullptr;
+  if (CUresult r = detail::try_call<&DriverApi::cuUserObjectCreate>(
+          &object, static_cast<void*>(task), &destroy_task, 1u,
+          static_cast<unsigned>(CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+      r != CUDA_SUCCESS) {
+    return {r, Create::name, false};
+  }
+  if (CUresult r = detail::try_call<&DriverApi::cuGraphRetainUserObject>(
+          graph, object, 1u, static_cast<unsigned>(CU_GRAPH_USER_OBJECT_MOVE));
+      r != CUDA_SUCCESS) {
+    if (release_object) {  // runs the destructor (on a driver thread)
+      detail::release_call<&DriverApi::cuUserObjectRelease>("user object", object, object, 1u);
+    }
+    return {r, Retain::name, true};
+  }
+  return {CUDA_SUCCESS, nullptr, true};
+}
+
 // Attaches `task` to `graph` and enqueues it as a host node (invariant 3).
 void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph graph) {
   task->captured = true;
-  constexpr const char* kNotEnqueued = "the host function was not enqueued; it is destroyed";
-  CUuserObject object = nullptr;
-  if (CUresult r = api.cuUserObjectCreate(&object, task.get(), &destroy_task, 1,
-                                          CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
-      r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuUserObjectCreate", s, kNotEnqueued);
+  detail::HostTask* raw = task.get();
+  const Attached attached = give_to_graph(graph, raw, true);
+  if (attached.object_made) (void)task.release();  // the user object's from here on
+  if (attached.result != CUDA_SUCCESS) {
+    detail::throw_stream_error(attached.result, attached.call, s,
+                               "the host function was not enqueued; it is destroyed");
   }
-  detail::HostTask* raw = task.release();  // owned by the user object from here on
-  if (CUresult r = api.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
-      r != CUDA_SUCCESS) {
-    // Still ours: dropping the reference runs the destructor (on a driver thread).
-    detail::release_call<&DriverApi::cuUserObjectRelease>("user object", object, object, 1u);
-    detail::throw_stream_error(r, "cuGraphRetainUserObject", s, kNotEnqueued);
-  }
-  if (CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw); r != CUDA_SUCCESS) {
+  const CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw);
+  if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, "cuLaunchHostFunc", s,
                                "the host function was not captured; the capture graph owns it "
                                "and destroys it with itself");
@@ -199,25 +224,17 @@ std::vector<RunOnceNode> find_run_once_nodes(CUgraph graph) {
 // Moves `n`'s payload to a user object of `graph` and points the node at the replayable
 // trampoline. On failure with `owned` the payload is freed (or owned by the graph, which is
 // destroyed without running); otherwise it stays the run-once node's.
-void own_node(const DriverApi& api, CUgraph graph, const RunOnceNode& n, bool owned) {
-  CUuserObject object = nullptr;
-  if (CUresult r = api.cuUserObjectCreate(&object, n.task, &destroy_task, 1,
-                                          CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
-      r != CUDA_SUCCESS) {
-    if (owned) n.task->destroy(n.task);  // the graph never runs
-    fail_on_graph(r, "cuUserObjectCreate", graph);
-  }
-  if (CUresult r = api.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
-      r != CUDA_SUCCESS) {
-    // Owned: the graph never runs, so the payload may go with the object. Not owned: its
-    // node could still run the payload once; keep the object (a leak, not a dangling node).
-    if (owned) detail::release_call<&DriverApi::cuUserObjectRelease>("user object", object, object, 1u);
-    fail_on_graph(r, "cuGraphRetainUserObject", graph);
+void own_node(CUgraph graph, const RunOnceNode& n, bool owned) {
+  const Attached attached = give_to_graph(graph, n.task, owned);
+  if (attached.result != CUDA_SUCCESS) {
+    if (owned && !attached.object_made) n.task->destroy(n.task);  // the graph never runs
+    fail_on_graph(attached.result, attached.call, graph);
   }
   n.task->captured = true;
   const CUDA_HOST_NODE_PARAMS params{&run_captured, n.task};
-  if (CUresult r = api.cuGraphHostNodeSetParams(n.node, &params); r != CUDA_SUCCESS) {
-    fail_on_graph(r, "cuGraphHostNodeSetParams", graph);
+  if (CUresult r = detail::try_call<&DriverApi::cuGraphHostNodeSetParams>(n.node, &params);
+      r != CUDA_SUCCESS) {
+    fail_on_graph(r, detail::EntryInfo<&DriverApi::cuGraphHostNodeSetParams>::name, graph);
   }
 }
 
@@ -226,11 +243,10 @@ void own_node(const DriverApi& api, CUgraph graph, const RunOnceNode& n, bool ow
 namespace detail {
 
 void own_run_once_nodes(CUgraph graph, bool owned) {
-  const DriverApi& api = detail::api();
   const std::vector<RunOnceNode> found = find_run_once_nodes(graph);
   std::size_t moved = 0;
   try {
-    for (; moved < found.size(); ++moved) own_node(api, graph, found[moved], owned);
+    for (; moved < found.size(); ++moved) own_node(graph, found[moved], owned);
   } catch (...) {
     // The graph is destroyed without running: free what no user object owns yet.
     if (owned) {

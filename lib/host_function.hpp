@@ -1,5 +1,5 @@
 // Host-function payloads inside graphs: what graph construction and capture scopes need of
-// lib/host_function.cpp. Internal; invariants in lib/host_function.cpp (9).
+// host_function.cpp. Internal. Design: docs/design/host_functions.md, invariants 9 and 10.
 #pragma once
 
 #include <cuda.h>

@@ -1,5 +1,5 @@
-// The host-task pool: recycled blocks for detail::HostTask payloads (invariants 7 and 8 of
-// lib/host_function.cpp).
+// The host-task pool: recycled blocks for detail::HostTask payloads. Design:
+// docs/design/host_functions.md, invariants 7 and 8.
 //
 // Where a free block can be (each block is in exactly one place at a time):
 //  - an allocating thread's list (t_pool_free): null-terminated, only that thread touches it,

@@ -31,6 +31,12 @@ class ExternalStream : public Stream {
   explicit ExternalStream(CUstream handle, int device_id = -1,
                           std::shared_ptr<void> keep_alive = {})
       : Stream(StreamRef::wrap(handle, device_id), std::move(keep_alive)) {}
+  /// Wraps the stream CCCL's `cuda::stream_ref` (or a view type of the same shape) refers to;
+  /// as ExternalStream(view.get(), device_id, keep_alive). @throws as above.
+  template <typename View, typename = std::enable_if_t<detail::is_foreign_stream_view<View>>>
+  explicit ExternalStream(const View& view, int device_id = -1,
+                          std::shared_ptr<void> keep_alive = {})
+      : ExternalStream(view.get(), device_id, std::move(keep_alive)) {}
 };
 
 }  // namespace custream

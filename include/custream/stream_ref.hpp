@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "custream/detail/call.hpp"
 
@@ -24,6 +25,18 @@ template <auto Field, typename... Args>
 CUresult stream_call_failed(const StreamRef& s, CUresult first, CUresult allowed, Args... args);
 template <auto Field, typename... Args>
 void stream_call(const StreamRef& s, Args... args);
+
+/// True for a non-owning stream view of another library with the shape of CCCL's
+/// `cuda::stream_ref` (CUDA 13's <cuda/stream_ref>): a class whose `value_type` is the stream
+/// handle, made from a handle, handing it back with `get()`; never a custream type.
+template <typename T, typename = void>
+inline constexpr bool is_foreign_stream_view = false;
+template <typename T>
+inline constexpr bool is_foreign_stream_view<
+    T, std::void_t<typename T::value_type, decltype(std::declval<const T&>().get())>> =
+    std::is_class_v<T> && std::is_same_v<typename T::value_type, CUstream> &&
+    std::is_same_v<decltype(std::declval<const T&>().get()), CUstream> &&
+    std::is_nothrow_constructible_v<T, CUstream> && !std::is_base_of_v<StreamRef, T>;
 }  // namespace detail
 
 /// A non-owning view of a CUDA stream: its handle, context, device and kind. Trivially
@@ -63,6 +76,21 @@ class StreamRef {
   /// against the inferred device; the special handles 0, 1 and 2 take no explicit id.
   /// @throws Error as ExternalStream's constructor.
   static StreamRef wrap(CUstream handle, int device_id = -1);
+
+  /// A view of the stream that CCCL's `cuda::stream_ref` (or a view type of the same shape)
+  /// refers to: wrap(view.get(), device_id). @throws as wrap(CUstream, int).
+  template <typename View, typename = std::enable_if_t<detail::is_foreign_stream_view<View>>>
+  static StreamRef wrap(const View& view, int device_id = -1) {
+    return wrap(view.get(), device_id);
+  }
+
+  /// The same stream as CCCL's `cuda::stream_ref` (CUDA 13's <cuda/stream_ref>) or a view
+  /// type of the same shape, so a custream stream can be passed where one is taken. Like this
+  /// view, it owns nothing.
+  template <typename View, typename = std::enable_if_t<detail::is_foreign_stream_view<View>>>
+  operator View() const noexcept {  // NOLINT: converts implicitly, as cudaStream_t does
+    return View(handle_);
+  }
 
   /// The CUstream (also usable as a cudaStream_t).
   CUstream handle() const noexcept { return handle_; }

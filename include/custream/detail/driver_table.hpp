@@ -1,14 +1,5 @@
-// The one table of CUDA driver entry points custream uses.
-//
-// Design note — invariants:
-//  1. Every entry names the driver symbol, the ABI version it is requested at, and whether
-//     custream works without it. The function-pointer type is PFN_<symbol>_v<version> from
-//     cudaTypedefs.h, pasted from the same two tokens, so a version with no such typedef
-//     fails the build and the type can never disagree with the version requested.
-//  2. A symbol with several ABIs the driver may hand out (cuStreamGetCtx, cuCtxGetDevice, …)
-//     is listed once per ABI custream calls, under a distinct field name.
-//  3. Optional entries left null disable only their feature; the caller names the minimum
-//     driver (the ABI version) in its error (see detail::require()).
+// The one table of CUDA driver entry points custream uses. Design: docs/design/loading.md,
+// invariants 4-6 (the table) and 7 (names from the table).
 //
 // It lives with the public headers because the hot paths (Stream::record, done, …) are inline
 // calls through it. This is the one place in custream that uses a macro: a template cannot paste a

@@ -45,7 +45,7 @@ struct PoolStats {
   std::size_t exit_returned = 0;   ///< blocks those threads walked and gave back, in all
   bool pooled = true;              ///< false under AddressSanitizer: every task is plain new/delete
 };
-/// A snapshot of the pool (lib/host_task_pool.cpp). Walks this thread's list, the shared
+/// A snapshot of the pool. Walks this thread's list, the shared
 /// batches and the threads' records under the pool's mutex: a diagnostic, not for hot paths.
 /// Never throws.
 PoolStats pool_stats() noexcept;
@@ -75,7 +75,7 @@ struct HostTask {
   HostTask(const HostTask&) = delete;
   HostTask& operator=(const HostTask&) = delete;
 
-  /// Tasks of up to kPooledBytes come from a recycling pool (lib/host_task_pool.cpp): a host
+  /// Tasks of up to kPooledBytes come from a recycling pool (host_functions.md, 7): a host
   /// function is allocated by the enqueueing thread and freed by the driver's thread, and
   /// malloc's arenas turned that hand-over into ~1 µs of contention per enqueue on the H200.
   static constexpr std::size_t kPooledBytes = 128;
