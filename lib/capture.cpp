@@ -1,9 +1,10 @@
 // Stream capture: begin/end, status queries, and CaptureScope. Design: docs/design/capture.md.
+#include "custream/capture.hpp"
+
 #include <mutex>
 #include <optional>
 
 #include "context.hpp"
-#include "custream/capture.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
@@ -60,8 +61,8 @@ void begin_capture(StreamRef s, CaptureMode mode) {
   CUresult r = CUDA_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
-    r = detail::on_stream<&DriverApi::cuStreamBeginCapture>(
-        s.is_special(), scope, s.handle(), static_cast<CUstreamCaptureMode>(mode));
+    r = detail::on_stream<&DriverApi::cuStreamBeginCapture>(s.is_special(), scope, s.handle(),
+                                                            static_cast<CUstreamCaptureMode>(mode));
   }
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(
@@ -159,7 +160,7 @@ CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(str
   begin_capture(stream_, mode);
   try {
     id_ = capture_id(stream_);  // throws the failing call's own error
-  } catch (...) {                // no id to guard the end with: end the capture now
+  } catch (...) {               // no id to guard the end with: end the capture now
     discard_capture(stream_);
     throw;
   }

@@ -73,8 +73,8 @@ ContextScope::~ContextScope() {
   // wrong context current: the release-error handler hears of it (except
   // CUDA_ERROR_DEINITIALIZED during teardown, when there is nothing left to restore).
   if (switched_) {
-    detail::release_call<&detail::DriverApi::cuCtxSetCurrent>("context (restoring it)",
-                                                              previous_, previous_);
+    detail::release_call<&detail::DriverApi::cuCtxSetCurrent>("context (restoring it)", previous_,
+                                                              previous_);
   }
 }
 

@@ -1,9 +1,10 @@
 // custream::DeviceBuffer.
+#include "custream/device_buffer.hpp"
+
 #include <optional>
 
 #include "context.hpp"
 #include "custream/context_scope.hpp"
-#include "custream/device_buffer.hpp"
 #include "custream/error.hpp"
 
 namespace custream {
@@ -73,8 +74,7 @@ void DeviceBuffer::reset() noexcept {
                                                        stream_.handle());
     } catch (const Error& e) {  // its context could not be made current: the memory stays
       detail::report_release_failure(e.result(), e.call().c_str(),
-                                     "context (to free a device allocation)",
-                                     what);
+                                     "context (to free a device allocation)", what);
     }
   } else {
     detail::release_call<&DriverApi::cuMemFree>("device allocation", what, ptr_);

@@ -111,9 +111,10 @@ void throw_stream_error(CUresult result, const char* call, const StreamRef& stre
                         std::string detail) {
   if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
       result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
-    detail = "the call is not allowed while the stream (or the legacy stream it depends on) "
-             "captures; the driver has now invalidated that capture" +
-             (detail.empty() ? std::string() : "; " + detail);
+    detail =
+        "the call is not allowed while the stream (or the legacy stream it depends on) "
+        "captures; the driver has now invalidated that capture" +
+        (detail.empty() ? std::string() : "; " + detail);
   }
   throw_call_error(result, call, {Subject::What::stream, stream.handle(), stream.device_id()},
                    std::move(detail));

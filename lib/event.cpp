@@ -18,10 +18,7 @@ namespace detail {
 EventOwner::~EventOwner() {
   if (event != nullptr) release_call<&DriverApi::cuEventDestroy>("event", event, event);
 }
-template <>
-void Refs<EventOwner>::retain(EventOwner* owner) noexcept { count_up(owner); }
-template <>
-void Refs<EventOwner>::release(EventOwner* owner) noexcept { count_down(owner); }
+template struct Refs<EventOwner>;
 
 }  // namespace detail
 
@@ -88,8 +85,7 @@ Event Event::open_ipc(const CUipcEventHandle& handle) {
   detail::entry<&DriverApi::cuIpcOpenEventHandle>(l.api);  // an older driver: say so first
   const int device = detail::current_device_ordinal(l);
   return Event(device, EventFlags::interprocess, [&](CUevent* event) {
-    detail::call<&DriverApi::cuIpcOpenEventHandle>(detail::device_subject(device), event,
-                                                   handle);
+    detail::call<&DriverApi::cuIpcOpenEventHandle>(detail::device_subject(device), event, handle);
   });
 }
 
@@ -130,8 +126,8 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   }
   if (why.empty() && r == CUDA_ERROR_NOT_READY) why = "an event has not completed yet";
   detail::throw_error(r, "cuEventElapsedTime",
-                      detail::subject_text(event_subject(start.handle_, start.device_)) +
-                          " -> " + detail::subject_text(event_subject(end.handle_, end.device_)),
+                      detail::subject_text(event_subject(start.handle_, start.device_)) + " -> " +
+                          detail::subject_text(event_subject(end.handle_, end.device_)),
                       why);
 }
 
@@ -142,7 +138,7 @@ CUipcEventHandle Event::ipc_handle() const {
                 "the event was not created with EventFlags::interprocess");
   }
   const detail::Loaded& l = detail::loaded();
-  detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);  // an older driver: say so first
+  detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);    // an older driver: say so first
   ContextScope scope(detail::primary_context(l, device_));  // the driver needs one current
   CUipcEventHandle handle{};
   detail::call<&DriverApi::cuIpcGetEventHandle>(event_subject(handle_, device_), &handle,

@@ -41,23 +41,18 @@ struct GraphSource {
 };
 
 struct GraphOwner : Counted {
-  GraphOwner() = default;
-  GraphOwner(const GraphOwner&) = delete;
-  GraphOwner& operator=(const GraphOwner&) = delete;
   // The executable first, then the graphs: its own and those of updates, once nothing else
   // has them (invariants 1, 5).
   ~GraphOwner() {
-    if (exec != nullptr) release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
+    if (exec != nullptr)
+      release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
   }
   CUgraphExec exec = nullptr;
   std::shared_ptr<GraphSource> source;  // the graph this executable was instantiated from
   std::mutex mutex;                     // guards kept
   std::vector<std::shared_ptr<GraphSource>> kept;  // graphs of later updates (invariant 4)
 };
-template <>
-void Refs<GraphOwner>::retain(GraphOwner* owner) noexcept { count_up(owner); }
-template <>
-void Refs<GraphOwner>::release(GraphOwner* owner) noexcept { count_down(owner); }
+template struct Refs<GraphOwner>;
 
 }  // namespace detail
 
@@ -286,10 +281,9 @@ void Graph::update(const Graph& newer) {
     std::string why =
         std::string("reason ") + update_result_name(info.result) + ", " + node_text(info.errorNode);
     if (info.errorFromNode != nullptr) why += ", edge from " + node_text(info.errorFromNode);
-    throw GraphUpdateError(r, info,
-                           graph_text(graph_, exec_) + " from graph " +
-                               detail::pointer_text(newer.graph_),
-                           why + "; the executable is unchanged");
+    throw GraphUpdateError(
+        r, info, graph_text(graph_, exec_) + " from graph " + detail::pointer_text(newer.graph_),
+        why + "; the executable is unchanged");
   }
   detail::GraphOwner& owner = *owner_.get();
   if (newer.owner_.get()->source != owner.source) {  // invariant 4

@@ -30,10 +30,7 @@ ModuleOwner::~ModuleOwner() {
     release_call<&DriverApi::cuCtxSetCurrent>("context (restoring it)", previous, previous);
   }
 }
-template <>
-void Refs<ModuleOwner>::retain(ModuleOwner* owner) noexcept { count_up(owner); }
-template <>
-void Refs<ModuleOwner>::release(ModuleOwner* owner) noexcept { count_down(owner); }
+template struct Refs<ModuleOwner>;
 
 }  // namespace detail
 
@@ -110,10 +107,10 @@ Kernel Module::kernel(const std::string& name) const {
   if (CUresult r = detail::try_call<&DriverApi::cuModuleGetFunction>(
           &function, static_cast<CUmodule>(module_), name.c_str());
       r != CUDA_SUCCESS) {
-    detail::throw_error(r, "cuModuleGetFunction",
-                        "kernel \"" + name + "\" in " +
-                            detail::subject_text({detail::Subject::What::module, module_,
-                                                  device_}));
+    detail::throw_error(
+        r, "cuModuleGetFunction",
+        "kernel \"" + name + "\" in " +
+            detail::subject_text({detail::Subject::What::module, module_, device_}));
   }
   return Kernel(function, *this);
 }

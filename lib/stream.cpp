@@ -17,22 +17,18 @@ namespace detail {
 
 // A StreamScope of this thread borrows this stream: the dropped reference moves into its
 // entry instead (streams.md, invariant 4).
-template <>
-void Refs<StreamOwner>::release(StreamOwner* owner) noexcept {
+bool StreamOwner::take_release(StreamOwner* owner) noexcept {
   if (Stream* slots = t_current_streams) {
     for (int i = 0; i < t_current_count; ++i) {
       if (slots[i].owner_.get() == owner && slots[i].borrowed_) {
         slots[i].borrowed_ = false;
-        return;
+        return true;
       }
     }
   }
-  count_down(owner);
+  return false;
 }
-template <>
-void Refs<StreamOwner>::retain(StreamOwner* owner) noexcept {
-  count_up(owner);
-}
+template struct Refs<StreamOwner>;
 
 namespace {
 Subject stream_subject(const StreamRef& s) noexcept {
@@ -45,8 +41,8 @@ Subject stream_subject(const StreamRef& s) noexcept {
 void refuse_while_capturing(const StreamRef& s, const char* call,
                             std::optional<ContextScope>& scope) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (CUresult r = on_stream<&DriverApi::cuStreamIsCapturing>(s.is_special(), scope, s.handle(),
-                                                               &status);
+  if (CUresult r =
+          on_stream<&DriverApi::cuStreamIsCapturing>(s.is_special(), scope, s.handle(), &status);
       r != CUDA_SUCCESS) {
     throw_stream_error(r, "cuStreamIsCapturing", s);
   }
@@ -186,8 +182,8 @@ Stream::Stream(Device device, bool non_blocking, int priority) {
   const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
   auto owner = std::make_unique<detail::StreamOwner>();  // first: a failure leaks no handle
   CUstream handle = nullptr;
-  if (CUresult r = detail::try_call<&DriverApi::cuStreamCreateWithPriority>(&handle, flags,
-                                                                            priority);
+  if (CUresult r =
+          detail::try_call<&DriverApi::cuStreamCreateWithPriority>(&handle, flags, priority);
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuStreamCreateWithPriority>(
         r, detail::device_subject(ordinal),

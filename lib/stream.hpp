@@ -14,12 +14,12 @@ namespace custream::detail {
 /// The owner of a stream custream created (destroyed with the last reference) or of a
 /// wrapper's keep-alive.
 struct StreamOwner : Counted {
-  StreamOwner() = default;
-  StreamOwner(const StreamOwner&) = delete;
-  StreamOwner& operator=(const StreamOwner&) = delete;
   ~StreamOwner() {
     if (destroy != nullptr) release_call<&DriverApi::cuStreamDestroy>("stream", destroy, destroy);
   }
+  /// A reference dropped in a thread whose StreamScope borrows this stream moves into that
+  /// scope's entry instead (docs/design/streams.md, invariant 4): true when it did.
+  static bool take_release(StreamOwner* owner) noexcept;
   CUstream destroy = nullptr;        // created streams: destroyed with the last reference
   std::shared_ptr<void> keep_alive;  // wrappers: the caller's owner
 };

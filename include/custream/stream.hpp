@@ -147,7 +147,7 @@ class Stream : public StreamRef {
 
  private:
   friend class StreamScope;
-  friend struct detail::Refs<detail::StreamOwner>;
+  friend struct detail::StreamOwner;
   /// The device whose current stream this becomes: its own, or the current device for a
   /// special handle. @throws Error when the stream's device is not current.
   int device_for_use(const char* call) const {

@@ -34,9 +34,10 @@ inline constexpr bool is_foreign_stream_view = false;
 template <typename T>
 inline constexpr bool is_foreign_stream_view<
     T, std::void_t<typename T::value_type, decltype(std::declval<const T&>().get())>> =
-    std::is_class_v<T> && std::is_same_v<typename T::value_type, CUstream> &&
-    std::is_same_v<decltype(std::declval<const T&>().get()), CUstream> &&
-    std::is_nothrow_constructible_v<T, CUstream> && !std::is_base_of_v<StreamRef, T>;
+    std::is_class_v<T>&& std::is_same_v<typename T::value_type, CUstream>&&
+        std::is_same_v<decltype(std::declval<const T&>().get()), CUstream>&&
+            std::is_nothrow_constructible_v<T, CUstream> &&
+    !std::is_base_of_v<StreamRef, T>;
 }  // namespace detail
 
 /// A non-owning view of a CUDA stream: its handle, context, device and kind. Trivially
@@ -150,8 +151,7 @@ class StreamRef {
   /// @throws Error on a driver failure.
   template <typename E, typename = std::enable_if_t<std::is_same_v<E, Event>>>
   void wait_event(const E& event) const {
-    detail::stream_call<&detail::DriverApi::cuStreamWaitEvent>(*this, handle_, event.handle(),
-                                                               0u);
+    detail::stream_call<&detail::DriverApi::cuStreamWaitEvent>(*this, handle_, event.handle(), 0u);
   }
   /// Makes later work on this stream wait for the work enqueued so far on `other`.
   /// @throws Error on a driver failure.

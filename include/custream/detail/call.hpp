@@ -22,7 +22,16 @@ namespace detail {
 /// "graph 0x…", "executable graph 0x…", "module 0x… (device 0)", "context 0x…", or nothing.
 struct Subject {
   /// The kind of object.
-  enum class What : unsigned char { none, device, stream, event, graph, executable, module, context };
+  enum class What : unsigned char {
+    none,
+    device,
+    stream,
+    event,
+    graph,
+    executable,
+    module,
+    context
+  };
   What what = What::none;
   const void* handle = nullptr;
   int device = -1;

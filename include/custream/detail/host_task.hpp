@@ -153,8 +153,8 @@ using enable_if_host_function = std::enable_if_t<std::is_invocable_v<std::decay_
 template <typename F, typename S>
 using enable_if_stream_callback =
     std::enable_if_t<(std::is_invocable_v<std::decay_t<F>&, StreamRef, CUresult> ||
-                      std::is_invocable_v<std::decay_t<F>&, const S&, CUresult>) &&
-                     std::is_constructible_v<std::decay_t<F>, F&&>>;
+                      std::is_invocable_v<std::decay_t<F>&, const S&, CUresult>)&&std::
+                         is_constructible_v<std::decay_t<F>, F&&>>;
 
 /// The run-once trampoline (cuLaunchHostFunc, not capturing): runs the task, then frees it.
 void CUDA_CB run_host_task_once(void* task);
