@@ -31,3 +31,4 @@
 #include "custream/stream.hpp"
 #include "custream/stream_ref.hpp"
 #include "custream/stream_scope.hpp"
+#include "custream/version.hpp"

@@ -21,7 +21,7 @@ std::string result_name(CUresult result);
 /// Everything custream throws for a failed driver call, a missing driver or bad input.
 ///
 /// The message names the failing call, the object it was about and the driver's error:
-/// `cuStreamSynchronize(stream 0x5581…, device 0) failed: CUDA_ERROR_ILLEGAL_ADDRESS (an
+/// `cuStreamSynchronize(stream 0x5581… (device 0)) failed: CUDA_ERROR_ILLEGAL_ADDRESS (an
 /// illegal memory access was encountered)`. Messages are built only on failure.
 class Error : public std::runtime_error {
  public:
