@@ -1,5 +1,5 @@
 // The benchmark case families (bench/*_bench.cpp) and the suite that runs them: one piece of
-// code behind `custream bench` (tools/custream.cpp).
+// code behind `custream bench` (tools/main.cpp).
 #pragma once
 
 #include <string>

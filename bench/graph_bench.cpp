@@ -15,6 +15,7 @@
 #include "custream/graph.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
+#include "custream/testing.hpp"
 #include "trivial_ptx.hpp"
 
 namespace custream_bench {
@@ -45,7 +46,7 @@ struct State {
   std::vector<std::pair<CUgraph, CUgraphExec>> raw_graphs;  // raw 1,000-kernel graphs
 
   void drop_graphs() {
-    const auto& api = custream::detail::api();
+    const auto& api = custream::testing::driver();
     graphs.clear();
     for (auto& [g, e] : raw_graphs) {
       api.cuGraphExecDestroy(e);
@@ -57,7 +58,7 @@ struct State {
 
 /// Raw: capture `kGraphKernels` launches of `f`, instantiate with upload, launch, synchronize.
 std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool upload) {
-  const auto& api = custream::detail::api();
+  const auto& api = custream::testing::driver();
   check(api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
   for (int k = 0; k < kGraphKernels; ++k) {
     void* params[1] = {nullptr};
@@ -85,7 +86,7 @@ double ns_since(Clock::time_point start) {
 
 /// First launch vs repeat launch (each + synchronize), medians over 11 fresh graphs.
 std::string first_vs_repeat(State& st) {
-  const auto& api = custream::detail::api();
+  const auto& api = custream::testing::driver();
   const CUstream s = st.stream.handle();
   const CUfunction f = st.noop.handle();
   std::vector<double> ours_first, ours_repeat, raw_first, raw_repeat, raw_first_no_upload;
@@ -130,7 +131,7 @@ std::string first_vs_repeat(State& st) {
 }  // namespace
 
 void add_graph_cases(std::vector<Case>& cases) {
-  const auto& api = custream::detail::api();
+  const auto& api = custream::testing::driver();
   static State* const st = [] {
     custream::Device(0).make_current();
     auto* state = new State;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "custream/custream.hpp"
-#include "custream/detail/driver.hpp"
+#include "custream/testing.hpp"
 #include "harness.hpp"
 
 namespace {
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   device.make_current();
   const custream::Stream stream(device, true);
   const custream::Stream idle(device, true);
-  const auto& api = custream::detail::api();
+  const auto& api = custream::testing::driver();
   const CUstream s = stream.handle();
   const CUstream other = idle.handle();
   std::atomic<long>* counter = &g_runs;

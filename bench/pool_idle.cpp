@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "custream/custream.hpp"
-#include "custream/detail/host_task.hpp"
+#include "custream/testing.hpp"
 
 namespace {
 
@@ -46,7 +46,7 @@ double rss_mib() {
 }
 
 void print_stats(const char* when) {
-  const auto s = custream::detail::pool_stats();
+  const auto s = custream::testing::pool_stats();
   std::printf(
       "%-28s rss %7.1f MiB | pool: %zu blocks (%.1f MiB), %zu shared, %zu in partial freed "
       "batches, %zu in this thread's list\n",
@@ -89,8 +89,8 @@ int main(int argc, char** argv) try {
     return 2;
   }
   std::printf("mode %s, %d workers, bursts of %d, kPoolBatch %zu, pooled: %s\n",
-              plain ? "plain" : "pooled", workers, burst_size, custream::detail::kPoolBatch,
-              custream::detail::pool_stats().pooled ? "yes" : "no (AddressSanitizer)");
+              plain ? "plain" : "pooled", workers, burst_size, custream::testing::pool_batch,
+              custream::testing::pool_stats().pooled ? "yes" : "no (AddressSanitizer)");
   custream::Device device(0);
   custream::DeviceScope scope(device);
   const custream::Stream s(device, true);
@@ -128,7 +128,7 @@ int main(int argc, char** argv) try {
   if (exit_pool > 0) {
     burst(s, exit_pool, plain);
     print_stats("after the exit-pool burst");
-    const auto before = custream::detail::pool_stats();
+    const auto before = custream::testing::pool_stats();
     Clock::time_point last{};
     std::thread t([&] {
       burst(s, 1, plain);
@@ -136,7 +136,7 @@ int main(int argc, char** argv) try {
     });
     t.join();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - last).count();
-    const auto after = custream::detail::pool_stats();
+    const auto after = custream::testing::pool_stats();
     std::printf("thread exit: %.3f ms, %zu blocks walked\n", ms,
                 after.exit_returned - before.exit_returned);
   }

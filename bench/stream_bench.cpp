@@ -8,7 +8,7 @@
 
 #include "bench_cases.hpp"
 #include "custream/custream.hpp"
-#include "driver.hpp"
+#include "custream/testing.hpp"
 
 namespace custream_bench {
 namespace {
@@ -26,7 +26,7 @@ CUresult check(CUresult r, const char* what) {
 }  // namespace
 
 void add_stream_cases(std::vector<Case>& cases) {
-  const auto& api = custream::detail::api();
+  const auto& api = custream::testing::driver();
   custream::Device device(0);
   device.make_current();
   static custream::Stream stream(device, true);

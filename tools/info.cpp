@@ -30,7 +30,7 @@ std::string driver_line() {
 int info() {
   const custream::DriverInfo& driver = custream::driver_info();
   const char* env = std::getenv("CUSTREAM_LIBCUDA");
-  std::printf("custream %s\n", CUSTREAM_VERSION);
+  std::printf("custream %s\n", custream::version().text);
   std::printf("driver library: %s\n", driver.library.c_str());
   std::printf("  chosen by:    %s\n",
               env != nullptr && *env != '\0'

@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "--version") {
-    std::printf("custream %s\n", CUSTREAM_VERSION);
+    std::printf("custream %s\n", custream::version().text);
     return 0;
   }
   const char* help = command == "info"       ? kInfoHelp

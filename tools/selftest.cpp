@@ -18,6 +18,7 @@
 #include "custream/graph.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
+#include "custream/testing.hpp"
 #include "tool.hpp"
 #include "trivial_ptx.hpp"
 
@@ -136,7 +137,7 @@ struct DeviceChecks {
     });
 
     row(t, d, "wrap foreign stream (device inferred)", [&] {
-      const auto& api = custream::detail::api();
+      const auto& api = custream::testing::driver();
       CUstream foreign = nullptr;
       {
         custream::DeviceScope scope(device);  // the foreign code's own context
@@ -145,7 +146,7 @@ struct DeviceChecks {
       }
       struct Destroy {
         CUstream h;
-        ~Destroy() { custream::detail::api().cuStreamDestroy(h); }
+        ~Destroy() { custream::testing::driver().cuStreamDestroy(h); }
       } destroy{foreign};
       custream::Device(0).make_current();  // another device's context may be current now
       custream::ExternalStream wrapped(foreign);

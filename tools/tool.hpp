@@ -1,4 +1,4 @@
-// Shared pieces of the `custream` command (tools/custream.cpp): what the driver is, and the
+// Shared pieces of the `custream` command (tools/main.cpp): what the driver is, and the
 // subcommands.
 #pragma once
 

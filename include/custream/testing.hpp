@@ -1,0 +1,41 @@
+/// @file
+/// Hooks for benchmarks and tests that compare custream with the raw driver call in the same
+/// process: the driver entry points custream itself calls, and the host-task pool's counters.
+///
+/// Not part of the application API and not included by custream/custream.hpp: include it
+/// explicitly. What it names (custream::testing::DriverApi's fields, PoolStats' members) may
+/// change with custream's internals, without notice between minor versions.
+#pragma once
+
+#include <cstddef>
+
+#include "custream/detail/driver.hpp"
+#include "custream/detail/host_task.hpp"
+
+/// Benchmark and test hooks: the raw driver custream calls, and the host-task pool's state.
+namespace custream::testing {
+
+/// The table of driver entry points custream loaded (one function pointer per entry of
+/// CUSTREAM_DRIVER_ENTRIES, named after the driver symbol: `cuStreamQuery`, `cuEventRecord`,
+/// …). An optional entry the driver lacks is null.
+using DriverApi = detail::DriverApi;
+
+/// The loaded driver's entry-point table, loading the driver if needed (as any custream call
+/// does). For the raw-driver side of a benchmark or test, so that both sides call the same
+/// driver, through the same pointers, on the same handles.
+/// @throws Error when there is no usable driver (the same error driver_info() throws).
+inline const DriverApi& driver() { return detail::api(); }
+
+/// A snapshot of the host-task pool (the heap blocks behind Stream::launch_host_func and
+/// add_callback): how many blocks it made and where the free ones are.
+using PoolStats = detail::PoolStats;
+
+/// The host-task pool's counters now. Takes the pool's mutex and walks its lists: a
+/// diagnostic for tests and benchmarks, not for hot paths. Never throws.
+inline PoolStats pool_stats() noexcept { return detail::pool_stats(); }
+
+/// The pool's batch size: the most free blocks a thread takes at once, and the most freed
+/// blocks it keeps before handing them back as one batch.
+inline constexpr std::size_t pool_batch = detail::kPoolBatch;
+
+}  // namespace custream::testing
