@@ -1,4 +1,4 @@
-// CUresult names and short descriptions, generated once from CUDA 13.0's cuda.h.
+// CUresult names and short descriptions, generated from cuda.h by tools/gen_result_names.py.
 // Shared by the library (messages when no driver is loaded) and the CPU driver emulator.
 #pragma once
 
