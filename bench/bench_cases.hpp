@@ -9,11 +9,11 @@
 
 namespace custream_bench {
 
-/// Streams, events, devices, current streams and scopes (SPEC §6, issue 4). Device 0.
+/// Streams, events, devices, current streams and scopes (docs/performance.md). Device 0.
 void add_stream_cases(std::vector<Case>& cases);
 
 /// Host functions, graph launch, kernel launch, and capture + instantiate + first launch of a
-/// 1,000-kernel graph (SPEC §6, issue 5). Device 0. The kernel cases are added as skipped,
+/// 1,000-kernel graph (docs/performance.md). Device 0. The kernel cases are added as skipped,
 /// with the reason, where the driver cannot load modules (the CPU emulator).
 void add_graph_cases(std::vector<Case>& cases);
 

@@ -1,4 +1,4 @@
-// SPEC §6 benchmarks for host functions, graphs and kernels (issue 5): custream against the
+// Benchmarks for host functions, graphs and kernels (docs/performance.md): custream against the
 // raw driver call, interleaved in one process on the same handles. Enqueueing cases run in
 // batches of <= 256 with an untimed synchronize between batches. Run on the GPU:
 //   ./build/tools/custream bench [--csv FILE] [--filter TEXT]
@@ -163,7 +163,7 @@ void add_graph_cases(std::vector<Case>& cases) {
                    "cuLaunchHostFunc"});
   cases.back().control = true;
 
-  // SPEC's "callable (one small allocation)": it may throw, so it goes to the heap (a
+  // The target's "callable (one small allocation)": it may throw, so it goes to the heap (a
   // noexcept one this small would travel in userData: the row after the next).
   cases.push_back({"launch_host_func (callable)",
                    raw_host_func,
@@ -180,8 +180,9 @@ void add_graph_cases(std::vector<Case>& cases) {
                    sync,
                    "cuLaunchHostFunc"});
   cases.back().control = true;
-  // The capture check SPEC §5 requires before every enqueue (a stream may be capturing
-  // because of code that is not custream's), done raw.
+  // The capture check payload lifetimes require before every enqueue (a stream may be
+  // capturing because of code that is not custream's; docs/design/host_functions.md,
+  // invariant 2), done raw.
   const auto raw_checked_host_func = [&api, s](int n) {
     for (int i = 0; i < n; ++i) {
       CUstreamCaptureStatus status{};

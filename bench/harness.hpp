@@ -1,7 +1,7 @@
-// A small benchmark harness that follows SPEC §6: a raw-driver variant and a custream variant
-// of one operation, on the same handles, in one process, interleaved A B B A in batches; the
-// figure of each is the median of its batch means. The report gives raw, custream, the ratio
-// and whether the SPEC target holds.
+// A small benchmark harness that follows docs/performance.md's method: a raw-driver variant and a
+// custream variant of one operation, on the same handles, in one process, interleaved A B B A in
+// batches; the figure of each is the median of its batch means. The report gives raw, custream, the
+// ratio and whether the target holds.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The SPEC §6 operations through CuPy and PyTorch, for docs/performance.md.
+"""The operations of docs/performance.md through CuPy and PyTorch, for docs/performance.md.
 
 Each operation is written the way a user of that library writes it (cupy.cuda.Stream /
 Event / ExternalStream / Stream.launch_host_func / cupy.cuda.graph; torch.cuda.Stream /

@@ -1,5 +1,5 @@
-// SPEC §6 benchmarks for streams, events, devices and current streams: custream against the
-// raw driver call, interleaved in one process on the same handles. Run on the GPU:
+// Benchmarks for streams, events, devices and current streams (docs/performance.md): custream
+// against the raw driver call, interleaved in one process on the same handles. Run on the GPU:
 //   ./build/tools/custream bench [--csv FILE] [--filter TEXT]
 #include <cstdio>
 #include <cstring>

@@ -1,6 +1,6 @@
-// The SPEC §6 suite behind `custream bench`: builds every case family, runs the cases one
-// after another (raw and custream interleaved A B B A inside each, harness.hpp), shows a
-// progress line, then prints the table and writes the CSV.
+// The benchmark suite behind `custream bench` (docs/performance.md): builds every case family, runs
+// the cases one after another (raw and custream interleaved A B B A inside each, harness.hpp),
+// shows a progress line, then prints the table and writes the CSV.
 #include <unistd.h>
 
 #include <cstdio>
@@ -104,11 +104,11 @@ int run_suite(const SuiteOptions& options) {
               info.library.c_str(), device.name().c_str());
   if (options.quick) {
     std::printf(
-        "quick run: 3 pairs per case, 1 warm-up; a smoke test of the suite, not the SPEC "
-        "§6 method (>= 21 pairs): targets are shown, not enforced\n");
+        "quick run: 3 pairs per case, 1 warm-up; a smoke test of the suite, not the "
+        "method of docs/performance.md (>= 21 pairs): targets are shown, not enforced\n");
   } else {
     std::printf(
-        "method (SPEC §6): raw and custream on the same handles, interleaved A B B A, "
+        "method (docs/performance.md): raw and custream on the same handles, interleaved A B B A, "
         "medians of batch means, one process\n");
   }
   std::fflush(stdout);

@@ -5,8 +5,6 @@
 // Exit status: 0 success; 1 failure (no usable driver, a failed check, a missed target);
 // 2 bad arguments. --emulate runs on the CPU driver emulator of the build tree; --auto runs on
 // the GPU where a driver and a device are present and on the emulator otherwise, saying which.
-#include "custream/custream.hpp"
-
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -18,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "custream/custream.hpp"
 #include "tool.hpp"
 #ifdef CUSTREAM_TOOL_BENCH
 #include "bench_cases.hpp"
@@ -31,7 +30,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  info      which driver library was loaded and from where, its version, every device\n"
     "  selftest  every capability on every device, end to end, one row per check\n"
-    "  bench     the SPEC §6 benchmarks: raw driver and custream interleaved in one process\n"
+    "  bench     the benchmarks: raw driver and custream interleaved in one process\n"
     "\n"
     "options of every command:\n"
     "  --emulate  run on the CPU driver emulator of the build tree\n"
@@ -65,7 +64,8 @@ constexpr const char* kBenchHelp =
     "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--pairs N]\n"
     "                      [--quick] [--list]\n"
     "\n"
-    "The SPEC §6 suite on device 0: each operation raw (driver call) and through custream, on\n"
+    "The benchmark suite on device 0 (docs/performance.md): each operation raw (driver call) and "
+    "through custream, on\n"
     "the same handles, interleaved A B B A in batches (>= 21 pairs), medians of batch means;\n"
     "enqueueing cases in batches of <= 256 with an untimed synchronize between batches.\n"
     "Prints a progress line per case (stderr), then a table: raw, custream, ratio, target,\n"
@@ -173,7 +173,8 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long pairs = std::strtol(argv[++i], &end, 10);
       if (end == argv[i] || *end != '\0' || pairs < 21 || pairs > 100000) {
-        return usage_error("--pairs needs a whole number from 21 to 100000 (SPEC §6: >= 21)", help);
+        return usage_error(
+            "--pairs needs a whole number from 21 to 100000 (the method needs >= 21)", help);
       }
       bench.pairs = static_cast<int>(pairs);
     } else if (command == "bench" && arg == "--quick") {

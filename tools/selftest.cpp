@@ -92,11 +92,11 @@ struct DeviceChecks {
 
   int d;
   custream::Device device;
-  custream::Stream stream;       // created by the first check
+  custream::Stream stream;        // created by the first check
   custream::DeviceBuffer buffer;  // one int
-  custream::Kernel set_value;    // empty when modules cannot be loaded
-  std::string no_kernels;        // why, then
-  custream::Graph graph;         // from the capture check
+  custream::Kernel set_value;     // empty when modules cannot be loaded
+  std::string no_kernels;         // why, then
+  custream::Graph graph;          // from the capture check
   std::shared_ptr<std::atomic<int>> host_runs = std::make_shared<std::atomic<int>>(0);
 
   void need_stream() const {
@@ -256,8 +256,8 @@ struct DeviceChecks {
     if (!no_kernels.empty()) {
       row(t, d, "capture (PTX kernel + host function)", [&] { throw Skip{no_kernels}; });
     }
-    const std::string work = set_value.handle() ? "PTX kernel + host function"
-                                                : "memset + host function";
+    const std::string work =
+        set_value.handle() ? "PTX kernel + host function" : "memset + host function";
     row(t, d, "capture (" + work + ") + instantiate", [&] {
       need_stream();
       graph = capture(1, 1, custream::InstantiateFlags::none);
@@ -277,8 +277,8 @@ struct DeviceChecks {
       need_graph();
       for (int i = 0; i < 3; ++i) graph.launch(stream);
       wait_idle(stream);
-      expect(host_runs->load() == 3, "the host node ran " + std::to_string(host_runs->load()) +
-                                         " times, not 3");
+      expect(host_runs->load() == 3,
+             "the host node ran " + std::to_string(host_runs->load()) + " times, not 3");
       const int v = read_int(stream, buffer.get());
       expect(v == 1, "the graph wrote " + std::to_string(v) + ", not 1");
     });
