@@ -91,12 +91,15 @@ StreamRef StreamRef::wrap(CUstream handle, int device_id) {
                     "(custream::DeviceScope) where the stream is used");
   }
   // Infer once, capture-safely (streams.md, invariant 3).
+  const DriverApi& api = detail::api();
   const detail::Subject subject{detail::Subject::What::stream, handle, device_id};
-  if (detail::api().cuStreamGetCtx_v2 != nullptr) {
+  if (api.cuStreamGetCtx_v2 != nullptr) {
     CUgreenCtx green = nullptr;
-    detail::call<&DriverApi::cuStreamGetCtx_v2>(subject, handle, &ref.context_, &green);
-  } else {
-    detail::call<&DriverApi::cuStreamGetCtx>(subject, handle, &ref.context_);
+    if (CUresult r = api.cuStreamGetCtx_v2(handle, &ref.context_, &green); r != CUDA_SUCCESS) {
+      detail::fail<&DriverApi::cuStreamGetCtx_v2>(r, subject);
+    }
+  } else if (CUresult r = api.cuStreamGetCtx(handle, &ref.context_); r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuStreamGetCtx>(r, subject);
   }
   ref.device_ = detail::device_of_context(ref.context_);
   if (device_id != -1 && device_id != ref.device_) {
@@ -194,8 +197,7 @@ Stream::Stream(Device device, bool non_blocking, int priority) {
   StreamRef::operator=(StreamRef(handle, context, ordinal, Kind::created, non_blocking));
 }
 
-Stream::Stream(StreamRef ref, std::shared_ptr<void> keep_alive) : StreamRef(ref) {
-  if (!keep_alive) return;
+void Stream::keep(std::shared_ptr<void> keep_alive) {
   auto owner = std::make_unique<detail::StreamOwner>();
   owner->keep_alive = std::move(keep_alive);
   owner_ = detail::Shared<detail::StreamOwner>(owner.release());

@@ -143,7 +143,9 @@ class Stream : public StreamRef {
  protected:
   /// Views `ref` and keeps `keep_alive` (the caller's owner of the handle) as long as the
   /// last copy; see ExternalStream.
-  Stream(StreamRef ref, std::shared_ptr<void> keep_alive);
+  Stream(StreamRef ref, std::shared_ptr<void> keep_alive) : StreamRef(ref) {
+    if (keep_alive) keep(std::move(keep_alive));
+  }
 
  private:
   friend class StreamScope;
@@ -157,6 +159,8 @@ class Stream : public StreamRef {
     return device_for_use_slow(r, current, call);
   }
   [[gnu::cold]] int device_for_use_slow(CUresult r, CUcontext current, const char* call) const;
+  /// Owns `keep_alive` (a wrapper's keep-alive owner) for as long as the last copy.
+  void keep(std::shared_ptr<void> keep_alive);
   /// Refers to `other`'s stream without counting a reference (a StreamScope's slot entry).
   /// If a counted reference to it is dropped in this thread while the entry is borrowed (the
   /// scoped variable reassigned), the release moves that reference into the entry.
