@@ -175,10 +175,16 @@ std::ostream& operator<<(std::ostream& out, const StreamRef& stream) {
 
 // --- Stream ---
 
-Stream::Stream(bool non_blocking, int priority)
-    : Stream(Device::current(), non_blocking, priority) {}
+Stream::Stream(StreamFlags flags, int priority) : Stream(Device::current(), flags, priority) {}
 
-Stream::Stream(Device device, bool non_blocking, int priority) {
+Stream::Stream(Device device, StreamFlags stream_flags, int priority) {
+  if ((static_cast<unsigned>(stream_flags) & ~static_cast<unsigned>(StreamFlags::non_blocking)) !=
+      0) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream", {},
+                "unknown StreamFlags bits " + std::to_string(static_cast<unsigned>(stream_flags)) +
+                    " (known: non_blocking)");
+  }
+  const bool non_blocking = stream_flags == StreamFlags::non_blocking;
   const int ordinal = device.ordinal();
   const CUcontext context = detail::primary_context(detail::loaded(), ordinal);
   ContextScope scope(context);

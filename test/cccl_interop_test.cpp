@@ -21,7 +21,7 @@ static_assert(std::is_convertible_v<custream::StreamRef, cuda::stream_ref>);
 
 TEST_CASE("a custream stream passes where cuda::stream_ref is taken, and back", "[gpu][cccl]") {
   REQUIRE_DRIVER();
-  custream::Stream s(true);
+  custream::Stream s(custream::StreamFlags::non_blocking);
   const cuda::stream_ref view = s;
   CHECK(view.get() == s.handle());
   CHECK(handle_of(s) == s.handle());

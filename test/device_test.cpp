@@ -11,6 +11,7 @@
 using custream::ContextScope;
 using custream::Device;
 using custream::DeviceScope;
+using custream_test::on_fresh_thread;
 
 namespace {
 
@@ -22,13 +23,6 @@ CUcontext current_context() {
 
 void set_current(CUcontext c) {
   REQUIRE(custream::detail::api().cuCtxSetCurrent(c) == CUDA_SUCCESS);
-}
-
-// Runs `body` on a fresh thread, which starts with no current context.
-template <typename F>
-void on_fresh_thread(F body) {
-  std::thread t(body);
-  t.join();
 }
 
 }  // namespace

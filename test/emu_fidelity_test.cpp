@@ -5,18 +5,19 @@
 // case failed before its fix; they run on the emulator and on the GPU (the [emu-only] ones
 // inject faults or count driver calls).
 #include <atomic>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <string>
 #include <thread>
 
+#include "custream/capture.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
-#include "custream/capture.hpp"
 #include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
@@ -30,10 +31,35 @@ using custream_test::eventually;
 using custream_test::Payload;
 using custream_test::Probe;
 
+namespace {
+
+// A CaptureScope over one captured payload whose end() fails, with each of `failing` failing
+// once (CUDA_ERROR_UNKNOWN): end() throws, the capture still runs and is still the scope's, and
+// the scope's destructor ends it, freeing the payload unrun; nothing is left behind.
+void expect_scope_ends_after_failed_end(std::initializer_list<const char*> failing) {
+  Stream s(custream::StreamFlags::non_blocking);
+  const long live = custream_test::emu_live_objects();
+  auto probe = std::make_shared<Probe>();
+  {
+    CaptureScope capture(s);
+    s.launch_host_func(Payload(probe));
+    for (const char* call : failing) custream_test::emu_fail_call(call, 1, CUDA_ERROR_UNKNOWN);
+    CHECK_THROWS_AS(capture.end(), Error);
+    CHECK(s.is_capturing());
+    CHECK(capture.active());
+  }
+  CHECK_FALSE(s.is_capturing());
+  CHECK(eventually([&] { return probe->destroyed == 1; }));
+  CHECK(probe->runs == 0);
+  custream_test::expect_emulator_back_to(live);
+}
+
+}  // namespace
+
 TEST_CASE("CaptureScope::end from another thread: wrong thread, and the capture is over",
           "[gpu][fidelity][capture]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   auto probe = std::make_shared<Probe>();
   {
     CaptureScope capture(s, CaptureMode::global);
@@ -61,26 +87,14 @@ TEST_CASE("CaptureScope::end from another thread: wrong thread, and the capture 
 TEST_CASE("a failed end that leaves the capture running: the scope's destructor ends it",
           "[gpu][fidelity][capture][emu-only]") {
   REQUIRE_EMULATOR();
-  Stream s(true);
-  const long live = custream_test::emu_live_objects();
-  auto probe = std::make_shared<Probe>();
-  {
-    CaptureScope capture(s);
-    s.launch_host_func(Payload(probe));
-    custream_test::emu_fail_call("cuStreamEndCapture", 1, CUDA_ERROR_UNKNOWN);  // no effect
-    CHECK_THROWS_AS(capture.end(), Error);
-    CHECK(s.is_capturing());
-    CHECK(capture.active());  // before the fix: given up, the capture left running
-  }
-  CHECK_FALSE(s.is_capturing());
-  CHECK(eventually([&] { return probe->destroyed == 1; }));
-  CHECK(probe->runs == 0);
-  custream_test::expect_emulator_back_to(live);
+  // The failed cuStreamEndCapture has no effect. Before the fix the scope gave up: the capture
+  // was left running.
+  expect_scope_ends_after_failed_end({"cuStreamEndCapture"});
 }
 
 TEST_CASE("a scope never ends a capture it did not begin", "[gpu][fidelity][capture]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   {
     CaptureScope capture(s);
     // Somebody else ends this capture and begins another one on the stream.
@@ -98,7 +112,7 @@ TEST_CASE("a stream destroyed while it captures frees the captured payloads once
   const long live = emulated ? custream_test::emu_live_objects() : 0;
   auto probe = std::make_shared<Probe>();
   {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     s.begin_capture();
     s.launch_host_func(Payload(probe));
   }  // the last reference: cuStreamDestroy while capturing
@@ -160,22 +174,9 @@ TEST_CASE("ExternalStream of a special handle takes no device id", "[gpu][fideli
 TEST_CASE("a failed end whose status query fails too: the scope still ends the capture",
           "[gpu][fidelity][capture][emu-only]") {
   REQUIRE_EMULATOR();
-  Stream s(true);
-  const long live = custream_test::emu_live_objects();
-  auto probe = std::make_shared<Probe>();
-  {
-    CaptureScope capture(s);
-    s.launch_host_func(Payload(probe));
-    custream_test::emu_fail_call("cuStreamEndCapture", 1, CUDA_ERROR_UNKNOWN);
-    custream_test::emu_fail_call("cuStreamGetCaptureInfo", 1, CUDA_ERROR_UNKNOWN);
-    CHECK_THROWS_AS(capture.end(), Error);
-    CHECK(capture.active());  // unknown is not over: before, the scope gave the capture up
-    CHECK(s.is_capturing());
-  }
-  CHECK_FALSE(s.is_capturing());  // before: still capturing, its payload never freed
-  CHECK(eventually([&] { return probe->destroyed == 1; }));
-  CHECK(probe->runs == 0);
-  custream_test::expect_emulator_back_to(live);
+  // An unknown capture status is not "over". Before the fix the scope gave the capture up: it
+  // was still capturing after the scope, its payload never freed.
+  expect_scope_ends_after_failed_end({"cuStreamEndCapture", "cuStreamGetCaptureInfo"});
 }
 
 // The switch of the test binary's replacement operator new (test/external_stream_test.cpp):

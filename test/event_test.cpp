@@ -50,7 +50,7 @@ TEST_CASE("events: default flags, record, done, synchronize", "[gpu][event]") {
   CHECK(e.flags() == EventFlags::none);  // timing disabled by default
   CHECK(e.device_id() == 0);
   CHECK(e.done());  // never recorded: done
-  Stream s(Device(0), true);
+  Stream s(Device(0), custream::StreamFlags::non_blocking);
   custream::DeviceBuffer buffer(8 << 20, Device(0));
   s.memset(buffer.get(), 1, buffer.size());
   s.record(e);
@@ -68,7 +68,7 @@ TEST_CASE("Event::record() uses the current stream of the event's device", "[gpu
   REQUIRE_DRIVER();
   std::thread([] {
     custream::DeviceScope device(0);
-    Stream s(Device(0), true);
+    Stream s(Device(0), custream::StreamFlags::non_blocking);
     custream::StreamScope scope(s);
     Event e(Device(0), EventFlags::timing);
     Event start(Device(0), EventFlags::timing);
@@ -81,7 +81,7 @@ TEST_CASE("Event::record() uses the current stream of the event's device", "[gpu
 
 TEST_CASE("elapsed time between timing events", "[gpu][event]") {
   REQUIRE_DRIVER();
-  Stream s(Device(0), true);
+  Stream s(Device(0), custream::StreamFlags::non_blocking);
   Event start(Device(0), EventFlags::timing | EventFlags::blocking_sync);
   Event end(Device(0), EventFlags::timing);
   custream::DeviceBuffer buffer(32 << 20, Device(0));
@@ -97,7 +97,7 @@ TEST_CASE("elapsed time between timing events", "[gpu][event]") {
 
 TEST_CASE("elapsed time errors say why", "[gpu][event]") {
   REQUIRE_DRIVER();
-  Stream s(Device(0), true);
+  Stream s(Device(0), custream::StreamFlags::non_blocking);
   SECTION("timing disabled") {
     Event a(Device(0)), b(Device(0));
     s.record(a);
@@ -152,7 +152,7 @@ TEST_CASE("ipc child", "[.ipc-child]") {
   Event e = Event::open_ipc(handle);
   e.synchronize();
   CHECK(e.done());
-  Stream s(Device(0), true);
+  Stream s(Device(0), custream::StreamFlags::non_blocking);
   s.wait_event(e);
   s.synchronize();
 }
@@ -160,7 +160,7 @@ TEST_CASE("ipc child", "[.ipc-child]") {
 TEST_CASE("an interprocess event is opened and waited on by another process", "[gpu][event][ipc]") {
   REQUIRE_REAL_GPU();  // the emulator lives inside one process
   Event e(Device(0), EventFlags::interprocess);
-  Stream s(Device(0), true);
+  Stream s(Device(0), custream::StreamFlags::non_blocking);
   custream::DeviceBuffer buffer(64 << 20, Device(0));
   s.memset(buffer.get(), 3, buffer.size());
   s.record(e);

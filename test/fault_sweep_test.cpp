@@ -56,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "custream/capture.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"
@@ -66,10 +67,9 @@
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
+#include "custream/host_function.hpp"
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
-#include "custream/capture.hpp"
-#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
 #include "driver.hpp"
@@ -536,17 +536,17 @@ std::vector<Operation> operations() {
     ops.push_back({std::move(name), context, std::move(run), std::move(inject)});
   };
   add("stream: create (current device and by device), query, destroy", [] {
-    Stream s(true, -1);
+    Stream s(custream::StreamFlags::non_blocking, -1);
     (void)s.priority();
     (void)s.non_blocking();
     (void)s.id();
     s.synchronize();
     (void)s.done();
-    Stream t(custream::Device(other_device()), false, 0);
+    Stream t(custream::Device(other_device()), custream::StreamFlags::none, 0);
     t.synchronize();
   });
   add("stream: wrap a foreign stream (device inferred, or checked, kept alive)", [] {
-    Stream s(false);
+    Stream s(custream::StreamFlags::none);
     custream::ExternalStream wrapped(s.handle());
     expect(wrapped.device_id() == 0, "the wrapped stream's device");
     (void)wrapped.non_blocking();
@@ -558,7 +558,7 @@ std::vector<Operation> operations() {
     (void)copy.done();
   });
   add("stream: wait for another, use(), current stream, scopes", [] {
-    Stream a(true), b(true);
+    Stream a(custream::StreamFlags::non_blocking), b(custream::StreamFlags::non_blocking);
     a.wait(b);
     {
       custream::StreamScope scope(a);
@@ -595,7 +595,7 @@ std::vector<Operation> operations() {
   add("special handles 0, 1, 2 with no current context", use_special_handles, ContextAtStart::none);
   add("special handles 0, 1, 2 with a current context", use_special_handles);
   add("events: record, wait, query, synchronize, elapsed time, other device", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::Event plain;
     s.record(plain);
     s.wait_event(plain);
@@ -610,7 +610,7 @@ std::vector<Operation> operations() {
     recorded.record();  // on the current stream of its device: the null stream
     const custream::Device other(other_device());
     custream::Event elsewhere(other, custream::EventFlags::blocking_sync);
-    Stream t(other, true);
+    Stream t(other, custream::StreamFlags::non_blocking);
     elsewhere.record(t);
     elsewhere.synchronize();
   });
@@ -621,7 +621,7 @@ std::vector<Operation> operations() {
     (void)opened.done();
   });
   add("host functions and callbacks (heap, small callable, raw)", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     std::atomic<int>* runs = &g_small_runs;
     s.launch_host_func([c = Counted{}] {});
     s.launch_host_func([runs]() noexcept { runs->fetch_add(1); });
@@ -631,7 +631,7 @@ std::vector<Operation> operations() {
     s.synchronize();
   });
   add("memory: allocate, set, copy, free (plain, by device, stream-ordered)", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer a(256), b(256, s);
     custream::DeviceBuffer elsewhere(64, custream::Device(other_device()));
     // Outlives the copies: a failure may throw before the synchronize below.
@@ -654,7 +654,7 @@ std::vector<Operation> operations() {
       },
       ContextAtStart::none);
   add("capture: begin, query, end, instantiate, upload, launch, inspect", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer b(64);
     s.begin_capture();
     const custream::CaptureInfo info = s.capture_info();
@@ -674,7 +674,7 @@ std::vector<Operation> operations() {
     (void)g.dot();
   });
   add("capture: host functions and callbacks in every form, on a joined stream", [] {
-    Stream a(true), b(true);
+    Stream a(custream::StreamFlags::non_blocking), b(custream::StreamFlags::non_blocking);
     a.begin_capture();
     custream::Event fork, join;
     a.record(fork);
@@ -693,7 +693,7 @@ std::vector<Operation> operations() {
     a.synchronize();
   });
   add("capture: a CaptureScope that unwinds, and one that ends", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer b(64);
     struct Unwind {};
     try {
@@ -710,7 +710,7 @@ std::vector<Operation> operations() {
     s.synchronize();
   });
   add("graphs: update from a newer capture", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer b(64);
     custream::Graph g = capture_some_work(s, b);
     custream::Graph newer = capture_some_work(s, b);
@@ -719,7 +719,8 @@ std::vector<Operation> operations() {
     s.synchronize();
   });
   add("graphs: adopt and wrap a foreign capture, launch on the current stream", [] {
-    Stream s(false);  // blocking: ordered with the null stream, the current one
+    Stream s(
+        custream::StreamFlags::none);  // blocking: ordered with the null stream, the current one
     custream::DeviceBuffer b(64);
     const auto& api = custream_test::raw();
     for (const bool adopt : {true, false}) {
@@ -751,7 +752,7 @@ std::vector<Operation> operations() {
     }
   });
   add("a host function captured by a racing capture (run-once node made graph-owned)", [] {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     s.begin_capture();
     auto run = [tag = std::string("raced")] { (void)tag; };
     auto* task = new custream::detail::HostFunctionTask<decltype(run)>(run);
@@ -773,7 +774,7 @@ std::vector<Operation> operations() {
   add(
       "a captured host function whose graph refuses its user object",
       [] {
-        Stream s(true);
+        Stream s(custream::StreamFlags::non_blocking);
         s.begin_capture();
         try {
           s.launch_host_func([c = Counted{}] {});
@@ -858,7 +859,7 @@ std::vector<FreshOperation> fresh_operations() {
        [] { (void)custream::driver_info(); },
        [] {
          for (int d = 0; d < custream::Device::count(); ++d) {
-           Stream s(custream::Device(d), true);
+           Stream s(custream::Device(d), custream::StreamFlags::non_blocking);
            s.synchronize();
          }
        }},

@@ -3,13 +3,29 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "custream/detail/driver.hpp"
+#include "custream/device_buffer.hpp"
+#include "custream/stream.hpp"
 #include "test_support.hpp"
 
 namespace custream_test {
+
+/// The number of 32-bit words in the buffers of the capture and graph tests.
+constexpr std::size_t kN = 64;
+
+/// The words of `b`, copied back on `s` (which is synchronized).
+inline std::vector<std::uint32_t> read(const custream::Stream& s, const custream::DeviceBuffer& b) {
+  std::vector<std::uint32_t> host(b.size() / sizeof(std::uint32_t));
+  s.copy(host.data(), b.get(), b.size());
+  s.synchronize();
+  return host;
+}
 
 /// Counts the runs and destructions of a host-function payload.
 struct Probe {

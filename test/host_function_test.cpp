@@ -1,24 +1,19 @@
 // Host functions and callbacks outside capture: order, arguments, lifetimes, exceptions,
 // wrapped streams (SPEC §3, §5, §7 stream rows). Runs on the emulator and the GPU.
-#include <fcntl.h>
-#include <unistd.h>
+#include "custream/host_function.hpp"
 
 #include <array>
 #include <atomic>
-#include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "custream/capture.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/host_function_error_handler.hpp"
-#include "custream/capture.hpp"
-#include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "error.hpp"
 #include "graph_support.hpp"
@@ -82,7 +77,7 @@ class HandlerSpy {
 
 TEST_CASE("100 host functions run in order with their arguments", "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   std::vector<int> seen;
   for (int i = 0; i < 100; ++i) s.launch_host_func([&seen, i] { seen.push_back(i); });
   s.synchronize();
@@ -93,7 +88,7 @@ TEST_CASE("100 host functions run in order with their arguments", "[gpu][host_fu
 TEST_CASE("100 callbacks after async copies run in order and get the right stream",
           "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer device(100 * sizeof(int));
   std::vector<int> values(100), back(100, -1);
   std::vector<int> order;
@@ -123,7 +118,7 @@ TEST_CASE("100 callbacks after async copies run in order and get the right strea
 
 TEST_CASE("raw host functions and callbacks run in stream order", "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   RawContext ctx;
   s.launch_host_func(&raw_host_fn, &ctx);
   s.add_callback(&raw_callback, &ctx);
@@ -140,7 +135,7 @@ TEST_CASE("raw host functions and callbacks run in stream order", "[gpu][host_fu
 TEST_CASE("a host-function payload runs once and is destroyed once, after it ran",
           "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   auto probe = std::make_shared<Probe>();
   int destroyed_when_run = -1;
   auto check = [&destroyed_when_run, probe] { destroyed_when_run = probe->destroyed.load(); };
@@ -208,7 +203,7 @@ TEST_CASE("host functions on special handles with no current context use device 
 TEST_CASE("callbacks and host functions on a wrapped stream run in order",
           "[gpu][host_function][external]") {
   REQUIRE_DRIVER();
-  Stream owner(true);
+  Stream owner(custream::StreamFlags::non_blocking);
   custream::ExternalStream wrapped(owner.handle());
   std::vector<int> seen;
   int wrong = 0;
@@ -231,7 +226,7 @@ TEST_CASE("callbacks and host functions on a wrapped stream run in order",
 TEST_CASE("an exception thrown by a host function or callback reaches the handler",
           "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   HandlerSpy spy;
   std::vector<int> after;
   s.launch_host_func([] { throw std::runtime_error("boom from a host function"); });
@@ -252,27 +247,15 @@ TEST_CASE("an exception thrown by a host function or callback reaches the handle
 TEST_CASE("the default host-function error handler writes to stderr naming the stream",
           "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
-  char path[] = "/tmp/custream-stderr-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  REQUIRE(dup2(fd, 2) == 2);
+  Stream s(custream::StreamFlags::non_blocking);
   auto previous = custream::set_host_function_error_handler({});  // the default
-  s.launch_host_func([] { throw std::logic_error("default handler text"); });
-  s.synchronize();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
+  const std::string text = custream_test::captured_stderr([&] {
+    s.launch_host_func([] { throw std::logic_error("default handler text"); });
+    s.synchronize();
+  });
   custream::set_host_function_error_handler(std::move(previous));
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  CHECK(text.str().find("custream: a host function enqueued on " + s.to_string() +
-                        " threw: default handler text") != std::string::npos);
+  CHECK(text.find("custream: a host function enqueued on " + s.to_string() +
+                  " threw: default handler text") != std::string::npos);
 }
 
 TEST_CASE("which callables travel in the driver's userData", "[unit][host_function]") {
@@ -297,7 +280,7 @@ TEST_CASE("which callables travel in the driver's userData", "[unit][host_functi
 
 TEST_CASE("small noexcept callables run in order, carried in userData", "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   struct Entry {
     int id;
     std::vector<int>* log;
@@ -318,7 +301,7 @@ TEST_CASE("small noexcept callables run in order, carried in userData", "[gpu][h
 TEST_CASE("a small noexcept callable is enqueued without a capture check",
           "[gpu][host_function][emu-only]") {
   REQUIRE_EMULATOR();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   std::atomic<int> runs{0};
   std::atomic<int>* counter = &runs;
   custream_test::emu_fail_call("cuStreamIsCapturing", 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
@@ -337,7 +320,7 @@ TEST_CASE("a small noexcept callable is enqueued without a capture check",
 TEST_CASE("a host function enqueue failure destroys the payload at once",
           "[gpu][host_function][emu-only]") {
   REQUIRE_EMULATOR();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   const long live = custream_test::emu_live_objects();
   for (const char* call : {"cuLaunchHostFunc", "cuStreamIsCapturing"}) {
     auto probe = std::make_shared<Probe>();
@@ -368,7 +351,7 @@ TEST_CASE("a host function enqueue failure destroys the payload at once",
 TEST_CASE("a host function enqueued by a thread_local destructor at thread exit runs",
           "[gpu][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   auto probe = std::make_shared<Probe>();
   // Constructed before the thread's first host function, so destroyed after the pool has
   // taken this thread's blocks back: its enqueue gets a block of its own (ASan: no leak).
@@ -400,7 +383,7 @@ TEST_CASE("many threads enqueue host functions of every size; each runs and is f
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      Stream s(custream::Device(0), true);
+      Stream s(custream::Device(0), custream::StreamFlags::non_blocking);
       for (int i = 0; i < 300; ++i) {
         s.launch_host_func(Payload(probe));
         if (i % 50 == t) {

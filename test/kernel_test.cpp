@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "custream/capture.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/graph.hpp"
-#include "custream/module.hpp"
-#include "custream/capture.hpp"
 #include "custream/host_function.hpp"
+#include "custream/module.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
 
@@ -105,7 +105,7 @@ TEST_CASE("module loading answers NOT_SUPPORTED on the emulator", "[gpu][kernel]
 
 TEST_CASE("a PTX kernel launched with typed arguments", "[kernel]") {
   REQUIRE_REAL_GPU();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   Module m = Module::from_ptx(kPtx);
   CHECK(m.handle() != nullptr);
   CHECK(m.device_id() == custream::Device::current().ordinal());
@@ -122,7 +122,7 @@ TEST_CASE("a PTX kernel launched with typed arguments", "[kernel]") {
 
 TEST_CASE("a kernel keeps its module loaded", "[kernel]") {
   REQUIRE_REAL_GPU();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");  // the Module handle is gone
   custream::DeviceBuffer data(kCount * sizeof(int));
   s.memset32(data.get(), 0, kCount);
@@ -171,7 +171,7 @@ TEST_CASE("modules from a file and from an image", "[kernel]") {
   Module from_file = Module::from_file(path);
   unlink(path);
   Module from_image = Module::from_image(kPtx);
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer data(kCount * sizeof(int));
   s.memset32(data.get(), 0, kCount);
   from_file.kernel("add_one").launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount);
@@ -181,7 +181,7 @@ TEST_CASE("modules from a file and from an image", "[kernel]") {
 
 TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][graph]") {
   REQUIRE_REAL_GPU();
-  Stream s(true), other(true);
+  Stream s(custream::StreamFlags::non_blocking), other(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
   custream::DeviceBuffer data(kCount * sizeof(int));
   s.memset32(data.get(), 0, kCount);
@@ -205,7 +205,7 @@ TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][gra
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "[kernel][graph]") {
   REQUIRE_REAL_GPU();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   Kernel spin = Module::from_ptx(kPtx).kernel("spin");
   auto probe = std::make_shared<Probe>();
   const unsigned long long ns = 300'000'000ull;  // 300 ms
@@ -225,7 +225,7 @@ TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "
 
 TEST_CASE("kernel launch costs one driver call: same result with no context current", "[kernel]") {
   REQUIRE_REAL_GPU();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
   custream::DeviceBuffer data(kCount * sizeof(int));
   s.memset32(data.get(), 0, kCount);

@@ -1,13 +1,7 @@
 // Loader and release safety that one process can test (the paths that need a process of their
 // own are in loader_test.cpp): device ids refused with the device count, failed releases in
 // destructors reported (never thrown, never silent), handlers that misbehave.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,45 +10,23 @@
 #include "custream/device_buffer.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/release_error_handler.hpp"
-#include "release_support.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
+#include "release_support.hpp"
 
 using custream::Error;
 using custream::ExternalStream;
 using custream::ReleaseError;
 using custream::Stream;
+using custream_test::captured_stderr;
+using custream_test::contains_text;
+using custream_test::drop_stream_failing_destroy;
 using custream_test::emu_fail_call;
 using custream_test::raw;
 
 namespace {
 
-std::string contains_text(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos ? needle : haystack;
-}
-
 using Reports = custream_test::ReleaseReports;
-
-// What `body` writes on stderr (file descriptor 2).
-template <typename Body>
-std::string captured_stderr(Body body) {
-  char path[] = "/tmp/custream-loader-safety-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  REQUIRE(dup2(fd, 2) == 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  return text.str();
-}
 
 }  // namespace
 
@@ -63,7 +35,7 @@ TEST_CASE("ExternalStream refuses a device id out of range, naming the device co
   REQUIRE_DRIVER();
   const int count = custream::Device::count();
   const std::string reports = "the driver reports " + std::to_string(count) + " device(s)";
-  Stream created(true);
+  Stream created(custream::StreamFlags::non_blocking);
   // Before: a special handle's error named custream::Device, not the wrapper; a created
   // stream's handle was inferred first and the error said only that it belongs to device 0.
   for (CUstream h : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, created.handle()}) {
@@ -117,7 +89,7 @@ TEST_CASE("a failed cuMemFreeAsync of a stream-ordered buffer is reported once",
     Reports reports;
     CUdeviceptr ptr = 0;
     {
-      Stream s(true);
+      Stream s(custream::StreamFlags::non_blocking);
       custream::DeviceBuffer buffer(128, s);
       ptr = buffer.get();
       emu_fail_call("cuMemFreeAsync", 1, CUDA_ERROR_UNKNOWN);
@@ -143,9 +115,7 @@ TEST_CASE("a release-error handler that throws does not escape the destructor",
   });
   CUstream handle = nullptr;
   const std::string text = captured_stderr([&] {
-    Stream s(true);
-    handle = s.handle();
-    emu_fail_call("cuStreamDestroy", 1, CUDA_ERROR_UNKNOWN);
+    handle = drop_stream_failing_destroy(CUDA_ERROR_UNKNOWN);
   });  // ~Stream is noexcept: a throw escaping it would have terminated the process
   custream::set_release_error_handler(std::move(previous));
   CHECK(calls == 1);
@@ -166,11 +136,7 @@ TEST_CASE("a release-error handler may replace itself while it runs",
         [&calls](const ReleaseError& e2) { calls.push_back("second " + e2.call); });
   });
   CUstream handles[2] = {};
-  for (CUstream& handle : handles) {
-    Stream s(true);
-    handle = s.handle();
-    emu_fail_call("cuStreamDestroy", 1, CUDA_ERROR_UNKNOWN);
-  }
+  for (CUstream& handle : handles) handle = drop_stream_failing_destroy(CUDA_ERROR_UNKNOWN);
   custream::set_release_error_handler(std::move(previous));
   CHECK(calls == std::vector<std::string>{"first cuStreamDestroy", "second cuStreamDestroy"});
   for (CUstream handle : handles) CHECK(raw().cuStreamDestroy(handle) == CUDA_SUCCESS);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "custream/capture.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
@@ -19,10 +20,12 @@
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
-#include "custream/capture.hpp"
 #include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
+#include "test_support.hpp"
+
+using custream_test::contains_text;
 
 namespace {
 
@@ -66,10 +69,6 @@ void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
-
-std::string contains_text(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos ? needle : haystack;
-}
 
 // Every API call throws the same error, and keeps throwing it.
 std::string expect_load_failure(CUresult expected) {
@@ -322,7 +321,7 @@ TEST_CASE("a driver without the entries only tests and tools call still loads",
   CHECK(api.cuMemcpyDtoDAsync == nullptr);
   // Errors are still named (from custream's own table) and streams still work.
   CHECK(custream::result_name(CUDA_ERROR_INVALID_VALUE) == "CUDA_ERROR_INVALID_VALUE");
-  custream::Stream s(custream::Device(0), true);
+  custream::Stream s(custream::Device(0), custream::StreamFlags::non_blocking);
   CHECK(s.device_id() == 0);
 }
 
@@ -335,14 +334,14 @@ TEST_CASE("a stream whose owner cannot be allocated leaks no CUstream",
   const custream::Device device(0);
   (void)device.primary_context();  // retained outside the failing construction
   {
-    custream::Stream s(device, true);
+    custream::Stream s(device, custream::StreamFlags::non_blocking);
     CHECK(live() == 1);
   }
   REQUIRE(live() == 0);
   bool threw = false;
   fail_next_allocation = true;
   try {
-    custream::Stream s(device, true);
+    custream::Stream s(device, custream::StreamFlags::non_blocking);
   } catch (const std::bad_alloc&) {
     threw = true;
   }
@@ -388,7 +387,7 @@ TEST_CASE("no device: every call that needs one says so, nothing reads past the 
   expect_no_device([] { (void)custream::current_stream(); });
   expect_no_device([] { custream::Stream::null().synchronize(); });
   expect_no_device([] { (void)custream::Stream::null().done(); });
-  expect_no_device([] { (void)custream::Stream(true); });
+  expect_no_device([] { (void)custream::Stream(custream::StreamFlags::non_blocking); });
   expect_no_device([] { (void)custream::Event(); });
   expect_no_device([] { custream::Stream::legacy().launch_host_func([] {}); });
   expect_no_device([] { custream::Stream::per_thread().begin_capture(); });

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "custream/capture.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device_buffer.hpp"
@@ -14,7 +15,6 @@
 #include "custream/event.hpp"
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
-#include "custream/capture.hpp"
 #include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "driver.hpp"
@@ -24,17 +24,16 @@ using custream::Device;
 using custream::DeviceScope;
 using custream::Stream;
 
-#define REQUIRE_TWO_DEVICES()                                                              \
-  do {                                                                                     \
-    REQUIRE_DRIVER();                                                                      \
-    if (Device::count() < 2) CUSTREAM_SKIP("needs 2 devices; this machine has 1");         \
+#define REQUIRE_TWO_DEVICES()                                                      \
+  do {                                                                             \
+    REQUIRE_DRIVER();                                                              \
+    if (Device::count() < 2) CUSTREAM_SKIP("needs 2 devices; this machine has 1"); \
   } while (false)
 
-TEST_CASE("streams of device 1 are wrapped as device 1 while device 0 is current",
-          "[gpu][multi]") {
+TEST_CASE("streams of device 1 are wrapped as device 1 while device 0 is current", "[gpu][multi]") {
   REQUIRE_TWO_DEVICES();
   std::thread([] {
-    Stream created(Device(1), true);
+    Stream created(Device(1), custream::StreamFlags::non_blocking);
     CUstream raw = nullptr;
     {
       custream::ContextScope scope(Device(1).primary_context());
@@ -52,7 +51,8 @@ TEST_CASE("streams of device 1 are wrapped as device 1 while device 0 is current
 TEST_CASE("a stream on device 1 waits on an event recorded on device 0", "[gpu][multi]") {
   REQUIRE_TWO_DEVICES();
   std::thread([] {
-    Stream s0(Device(0), true), s1(Device(1), true);
+    Stream s0(Device(0), custream::StreamFlags::non_blocking),
+        s1(Device(1), custream::StreamFlags::non_blocking);
     const std::size_t n = 64 << 20;  // long enough that an unordered copy would see old data
     custream::DeviceBuffer a(n, Device(0)), b(n, Device(1));
     std::vector<unsigned char> host(n);
@@ -77,7 +77,7 @@ TEST_CASE("capture on device 1 with a host function, replayed while device 0 is 
           "[gpu][multi][capture]") {
   REQUIRE_TWO_DEVICES();
   std::thread([] {
-    Stream s1(Device(1), true);
+    Stream s1(Device(1), custream::StreamFlags::non_blocking);
     custream::DeviceBuffer buffer(1 << 20, Device(1));
     std::vector<unsigned char> host(1 << 20);
     std::atomic<int> runs{0};

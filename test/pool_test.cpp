@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "custream/detail/host_task.hpp"
 #include "custream/capture.hpp"
+#include "custream/detail/host_task.hpp"
 #include "custream/host_function.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
@@ -68,7 +68,7 @@ TEST_CASE("idle workers that enqueued once each hold at most one batch of blocks
           "[gpu][pool][host_function]") {
   REQUIRE_DRIVER();
   if (!pool_stats().pooled) CUSTREAM_SKIP("nothing is pooled under AddressSanitizer");
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   REQUIRE(burst(s, 2000));
   // The freed blocks are shared now, less this thread's list and the freeing thread's batch.
   CHECK(pool_stats().shared >= 2000 - 2 * kPoolBatch);
@@ -121,7 +121,7 @@ TEST_CASE("a thread's blocks go back to the pool when it ends, walking only what
           "[gpu][pool][host_function]") {
   REQUIRE_DRIVER();
   if (!pool_stats().pooled) CUSTREAM_SKIP("nothing is pooled under AddressSanitizer");
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   REQUIRE(burst(s, 3000));  // ~3,000 freed blocks shared
   const auto before = pool_stats();
   const long unseen_before = unseen_blocks();
@@ -146,7 +146,7 @@ TEST_CASE("a thread's blocks go back to the pool when it ends, walking only what
 
 TEST_CASE("under AddressSanitizer no task comes from the pool", "[gpu][pool][host_function]") {
   REQUIRE_DRIVER();
-  Stream s(true);
+  Stream s(custream::StreamFlags::non_blocking);
   const std::size_t slabs = pool_stats().slabs;
   REQUIRE(burst(s, 100));
   const auto stats = pool_stats();
@@ -177,7 +177,7 @@ TEST_CASE("blocks are neither lost nor handed out twice while threads enqueue, f
   // carve slabs while the driver's threads free blocks and push whole batches), then it
   // ends and gives its list back.
   const int ok = on_threads(kThreads, [](int t) {
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     for (int round = 0; round < 6; ++round) {
       if (!burst(s, 37 + 151 * ((round + t) % 4))) return false;
     }

@@ -1,13 +1,7 @@
 // Driver failures inside destructors and cleanup paths reach the release-error handler (they
 // used to be swallowed silently). Faults are injected on the emulator.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,12 +11,13 @@
 #include "custream/event.hpp"
 #include "custream/graph.hpp"
 #include "custream/release_error_handler.hpp"
-#include "release_support.hpp"
 #include "custream/stream.hpp"
 #include "graph_support.hpp"
+#include "release_support.hpp"
 
 using custream::ReleaseError;
 using custream::Stream;
+using custream_test::drop_stream_failing_destroy;
 using custream_test::emu_fail_call;
 using custream_test::raw;
 
@@ -45,12 +40,7 @@ TEST_CASE("a failed cuStreamDestroy in a destructor is reported",
           "[gpu][release][stream][emu-only]") {
   REQUIRE_EMULATOR();
   Reports reports;
-  CUstream handle = nullptr;
-  {
-    Stream s(true);
-    handle = s.handle();
-    emu_fail_call("cuStreamDestroy", 1, CUDA_ERROR_UNKNOWN);
-  }
+  const CUstream handle = drop_stream_failing_destroy(CUDA_ERROR_UNKNOWN);
   expect_one(reports, "cuStreamDestroy", "stream 0x");
   CHECK(raw().cuStreamDestroy(handle) == CUDA_SUCCESS);  // the fault left it alive
   custream_test::emu_reset();
@@ -83,7 +73,7 @@ TEST_CASE("failed event, memory and graph releases are reported", "[gpu][release
   }
   {
     Reports reports;
-    Stream s(true);
+    Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer buffer(64);
     CUgraphExec exec = nullptr;
     {
@@ -120,28 +110,10 @@ TEST_CASE("the default release-error handler writes one line on stderr",
           "[gpu][release][emu-only]") {
   REQUIRE_EMULATOR();
   auto previous = custream::set_release_error_handler({});  // the default
-  char path[] = "/tmp/custream-release-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  REQUIRE(dup2(fd, 2) == 2);
   CUstream handle = nullptr;
-  {
-    Stream s(true);
-    handle = s.handle();
-    emu_fail_call("cuStreamDestroy", 1, CUDA_ERROR_UNKNOWN);
-  }
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
+  const std::string line = custream_test::captured_stderr(
+      [&] { handle = drop_stream_failing_destroy(CUDA_ERROR_UNKNOWN); });
   custream::set_release_error_handler(std::move(previous));
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  const std::string line = text.str();
   CHECK(line.rfind("custream: cuStreamDestroy(stream 0x", 0) == 0);
   CHECK(line.find("failed in a destructor: CUDA_ERROR_UNKNOWN") != std::string::npos);
   CHECK(std::count(line.begin(), line.end(), '\n') == 1);
@@ -152,12 +124,7 @@ TEST_CASE("the default release-error handler writes one line on stderr",
 TEST_CASE("CUDA_ERROR_DEINITIALIZED at teardown is not reported", "[gpu][release][emu-only]") {
   REQUIRE_EMULATOR();
   Reports reports;
-  CUstream handle = nullptr;
-  {
-    Stream s(true);
-    handle = s.handle();
-    emu_fail_call("cuStreamDestroy", 1, CUDA_ERROR_DEINITIALIZED);
-  }
+  const CUstream handle = drop_stream_failing_destroy(CUDA_ERROR_DEINITIALIZED);
   CHECK(reports.seen().empty());
   CHECK(raw().cuStreamDestroy(handle) == CUDA_SUCCESS);
   custream_test::emu_reset();

@@ -1,4 +1,4 @@
-// Collecting the reports of the release-error handler in tests.
+// Collecting the reports of the release-error handler in tests, and a release that fails.
 #pragma once
 
 #include <mutex>
@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "custream/release_error_handler.hpp"
+#include "custream/stream.hpp"
+#include "graph_support.hpp"
 
 namespace custream_test {
 
@@ -32,5 +34,13 @@ class ReleaseReports {
   std::vector<custream::ReleaseError> seen_;
   custream::ReleaseErrorHandler previous_;
 };
+
+/// Creates a stream and drops it with its cuStreamDestroy failing with `result` (injected on
+/// the emulator); returns its handle, which the failure left alive.
+inline CUstream drop_stream_failing_destroy(CUresult result) {
+  custream::Stream s(custream::StreamFlags::non_blocking);
+  emu_fail_call("cuStreamDestroy", 1, result);
+  return s.handle();
+}
 
 }  // namespace custream_test

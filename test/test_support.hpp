@@ -1,9 +1,17 @@
-// Helpers for tests that need a driver: the real one or the CPU emulator.
+// Helpers for tests that need a driver (the real one or the CPU emulator), and small ones every
+// suite uses: expected errors, text checks, fresh threads, captured stderr.
 #pragma once
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "catch_compat.hpp"
 #include "custream/device.hpp"
@@ -39,6 +47,52 @@ inline long emu_live_objects() {
   auto fn = emu_symbol<long (*)()>("custream_emu_live_objects");
   REQUIRE(fn != nullptr);
   return fn();
+}
+
+/// Expects `f` to throw custream::Error with `result`, its text containing `text` (when given).
+inline void expect_error(const std::function<void()>& f, CUresult result,
+                         const std::string& text = {}) {
+  try {
+    f();
+    FAIL("no exception; expected " << custream::result_name(result));
+  } catch (const custream::Error& e) {
+    CHECK(e.name() == custream::result_name(result));
+    if (!text.empty()) CHECK(std::string(e.what()).find(text) != std::string::npos);
+  }
+}
+
+/// `needle` when `haystack` contains it, else all of `haystack`: compared with `needle`, a
+/// failed check shows the whole text.
+inline std::string contains_text(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos ? needle : haystack;
+}
+
+/// Runs `body` on a fresh thread (no current context, no current streams) and joins it.
+template <typename F>
+void on_fresh_thread(F body) {
+  std::thread t(body);
+  t.join();
+}
+
+/// What `body` writes on stderr (file descriptor 2).
+template <typename Body>
+std::string captured_stderr(Body body) {
+  char path[] = "/tmp/custream-stderr-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::fflush(stderr);
+  const int saved = dup(2);
+  REQUIRE(dup2(fd, 2) == 2);
+  body();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  unlink(path);
+  return text.str();
 }
 
 }  // namespace custream_test

@@ -158,7 +158,7 @@ int run() {
   }
   const custream::Kernel axpy = module.kernel("axpy");
 
-  custream::Stream stream(device, /*non_blocking=*/true);
+  custream::Stream stream(device, custream::StreamFlags::non_blocking);
   const std::size_t bytes = n * sizeof(float);
   custream::DeviceBuffer x(bytes, device), y(bytes, device);
   std::vector<float> host_x(n), host_y(n, 1.0f);

@@ -29,6 +29,7 @@
 #include "custream/release_error.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
+#include "custream/stream_flags.hpp"
 #include "custream/stream_ref.hpp"
 #include "custream/stream_scope.hpp"
 #include "custream/version.hpp"

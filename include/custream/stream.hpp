@@ -12,6 +12,7 @@
 
 #include "custream/detail/shared.hpp"
 #include "custream/device.hpp"
+#include "custream/stream_flags.hpp"
 #include "custream/stream_ref.hpp"
 
 namespace custream {
@@ -41,18 +42,24 @@ struct HostFunctions;
 /// custream/capture.hpp and custream/host_function.hpp (include those to use them).
 class Stream : public StreamRef {
  public:
-  /// The null stream (handle 0): the legacy default stream of the current context.
+  /// The null stream (handle 0): the legacy default stream of the current context. Unlike
+  /// CuPy's `Stream()` this creates nothing (a value needs an empty state); create a stream
+  /// with Stream::create() or Stream(StreamFlags).
   Stream() noexcept = default;
 
-  /// Creates a stream on the current device (Device::current()).
-  /// @param non_blocking  CU_STREAM_NON_BLOCKING: no implicit synchronisation with the
-  ///                      legacy default stream.
-  /// @param priority      lower is higher priority; the driver clamps it to its range
-  ///                      (priority() reads back the clamped value).
+  /// Creates a stream on the current device (Device::current()), as CuPy's `Stream()` does.
+  /// @param flags     StreamFlags::non_blocking: no implicit synchronisation with the legacy
+  ///                  default stream.
+  /// @param priority  lower is higher priority; the driver clamps it to its range
+  ///                  (priority() reads back the clamped value).
   /// @throws Error when creation fails (naming the device).
-  explicit Stream(bool non_blocking, int priority = 0);
-  /// Creates a stream on `device`; see Stream(bool, int).
-  explicit Stream(Device device, bool non_blocking = false, int priority = 0);
+  static Stream create(StreamFlags flags = StreamFlags::none, int priority = 0) {
+    return Stream(flags, priority);
+  }
+  /// Creates a stream on the current device; see create().
+  explicit Stream(StreamFlags flags, int priority = 0);
+  /// Creates a stream on `device`; see create().
+  explicit Stream(Device device, StreamFlags flags = StreamFlags::none, int priority = 0);
   /// A Stream that views `ref` without owning it: it never destroys the stream and does not
   /// keep it alive (as an ExternalStream without a keep-alive, but with no driver call).
   explicit Stream(StreamRef ref) noexcept : StreamRef(ref) {}
