@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <sstream>
+#include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -176,4 +178,27 @@ TEST_CASE("special handles work with or without a current context", "[gpu][strea
     Stream::per_thread().synchronize();
     CHECK(Stream::null().done());
   });
+}
+
+// A literal cannot create a stream by accident: only StreamFlags (or a Device) can.
+static_assert(!std::is_constructible_v<Stream, bool>);
+static_assert(!std::is_constructible_v<Stream, int>);
+static_assert(!std::is_constructible_v<Stream, int, int>);
+static_assert(std::is_constructible_v<Stream, custream::StreamFlags>);
+static_assert(std::is_constructible_v<Stream, custream::StreamFlags, int>);
+
+TEST_CASE("Stream::create makes a stream; unknown StreamFlags bits are refused", "[gpu][stream]") {
+  REQUIRE_DRIVER();
+  const Stream made = Stream::create();
+  CHECK(made.kind() == Stream::Kind::created);
+  CHECK_FALSE(made.non_blocking());
+  CHECK(Stream::create(custream::StreamFlags::non_blocking).non_blocking());
+  CHECK(Stream().handle() == nullptr);  // the null stream: creates nothing
+  try {
+    Stream bad(static_cast<custream::StreamFlags>(6));
+    FAIL("no throw");
+  } catch (const custream::Error& e) {
+    CHECK(e.result() == CUDA_ERROR_INVALID_VALUE);
+    CHECK(std::string(e.what()).find("unknown StreamFlags bits 6") != std::string::npos);
+  }
 }
