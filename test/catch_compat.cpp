@@ -4,8 +4,11 @@
 #endif
 #include "catch_compat.hpp"
 
+#include <errno.h>  // program_invocation_short_name
+
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 namespace custream_test {
 namespace {
@@ -20,7 +23,9 @@ using ListenerBase = Catch::EventListenerBase;
 using ListenerBase = Catch::TestEventListenerBase;
 #endif
 
-/// Prints "custream-tests: N passed, N failed, N skipped" after the run.
+/// Prints "<program>: N passed, N failed, N skipped" after the run (the program's own name,
+/// e.g. "custream-tests" or "loader-tests"). A run in which every case was skipped exits 77,
+/// so that `meson test` reports it as SKIP instead of OK.
 class SummaryListener : public ListenerBase {
  public:
   using ListenerBase::ListenerBase;
@@ -33,9 +38,10 @@ class SummaryListener : public ListenerBase {
     const auto skipped = static_cast<unsigned long long>(g_skipped.load());
     const auto passed = static_cast<unsigned long long>(cases.passed) - skipped;
 #endif
-    std::printf("custream-tests: %llu passed, %llu failed, %llu skipped\n", passed,
-                static_cast<unsigned long long>(cases.failed), skipped);
+    std::printf("%s: %llu passed, %llu failed, %llu skipped\n", program_invocation_short_name,
+                passed, static_cast<unsigned long long>(cases.failed), skipped);
     std::fflush(stdout);
+    if (skipped > 0 && passed == 0 && cases.failed == 0) std::_Exit(77);  // all skipped
   }
 };
 

@@ -1,7 +1,7 @@
 // One header for Catch2 v3 (catch2-with-main) and Debian's Catch2 2.13. The build passes
 // CUSTREAM_CATCH2_MAJOR. CUSTREAM_SKIP(message) skips the running test case on both (v3's
 // SKIP; on v2 a counted warning and a return), and both print one closing line
-// "custream-tests: N passed, N failed, N skipped" (catch_compat.cpp).
+// "<program>: N passed, N failed, N skipped" (catch_compat.cpp; an all-skipped run exits 77).
 #pragma once
 
 #if CUSTREAM_CATCH2_MAJOR >= 3

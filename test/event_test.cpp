@@ -157,7 +157,7 @@ TEST_CASE("ipc child", "[.ipc-child]") {
   s.synchronize();
 }
 
-TEST_CASE("an interprocess event is opened and waited on by another process", "[gpu][event][ipc]") {
+TEST_CASE("an interprocess event is opened and waited on by another process", "[gpu][event][ipc][real-gpu]") {
   REQUIRE_REAL_GPU();  // the emulator lives inside one process
   Event e(Device(0), EventFlags::interprocess);
   Stream s(Device(0), custream::StreamFlags::non_blocking);

@@ -210,7 +210,7 @@ TEST_CASE("wrapping a capturing stream keeps its capture valid", "[gpu][external
 }
 
 TEST_CASE("a stream created by the CUDA runtime API is wrapped with its device inferred",
-          "[gpu][external][cudart]") {
+          "[gpu][external][cudart][real-gpu]") {
   REQUIRE_REAL_GPU();  // the runtime loads the real libcuda, not the emulator
   void* rt = nullptr;
   for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",

@@ -103,7 +103,7 @@ TEST_CASE("module loading answers NOT_SUPPORTED on the emulator", "[gpu][kernel]
   }
 }
 
-TEST_CASE("a PTX kernel launched with typed arguments", "[kernel]") {
+TEST_CASE("a PTX kernel launched with typed arguments", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Module m = Module::from_ptx(kPtx);
@@ -120,7 +120,7 @@ TEST_CASE("a PTX kernel launched with typed arguments", "[kernel]") {
   CHECK(v[kCount - 1] == 41);  // n excludes the last element
 }
 
-TEST_CASE("a kernel keeps its module loaded", "[kernel]") {
+TEST_CASE("a kernel keeps its module loaded", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");  // the Module handle is gone
@@ -130,7 +130,7 @@ TEST_CASE("a kernel keeps its module loaded", "[kernel]") {
   CHECK(read(s, data)[kCount - 1] == 1);
 }
 
-TEST_CASE("module errors carry the JIT log and the kernel name", "[kernel]") {
+TEST_CASE("module errors carry the JIT log and the kernel name", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   try {
     (void)Module::from_ptx(
@@ -158,7 +158,7 @@ TEST_CASE("module errors carry the JIT log and the kernel name", "[kernel]") {
   }
 }
 
-TEST_CASE("modules from a file and from an image", "[kernel]") {
+TEST_CASE("modules from a file and from an image", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   char path[] = "/tmp/custream-kernel-XXXXXX";
   const int fd = mkstemp(path);
@@ -179,7 +179,7 @@ TEST_CASE("modules from a file and from an image", "[kernel]") {
   CHECK(read(s, data)[17] == 2);
 }
 
-TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][graph]") {
+TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][graph][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking), other(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
@@ -203,7 +203,7 @@ TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][gra
   CHECK(verbose != plain);
 }
 
-TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "[kernel][graph]") {
+TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "[kernel][graph][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Kernel spin = Module::from_ptx(kPtx).kernel("spin");
@@ -223,7 +223,7 @@ TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "
   CHECK(eventually([&] { return probe->destroyed == 1; }));
 }
 
-TEST_CASE("kernel launch costs one driver call: same result with no context current", "[kernel]") {
+TEST_CASE("kernel launch costs one driver call: same result with no context current", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");
