@@ -10,26 +10,42 @@
 namespace custream_bench {
 
 /// Streams, events, devices, current streams and scopes (docs/performance.md). Device 0.
+/// Declares the cases only: no driver call until one is prepared (Case::prepare).
 void add_stream_cases(std::vector<Case>& cases);
 
 /// Host functions, graph launch, kernel launch, and capture + instantiate + first launch of a
-/// 1,000-kernel graph (docs/performance.md). Device 0. The kernel cases are added as skipped,
-/// with the reason, where the driver cannot load modules (the CPU emulator).
+/// 1,000-kernel graph (docs/performance.md). Device 0. Declares the cases only; the kernel
+/// cases are skipped when prepared, with the reason, where the driver cannot load modules (the
+/// CPU emulator).
 void add_graph_cases(std::vector<Case>& cases);
+
+/// Every case of the suite, in the order it runs them, declared without a driver.
+std::vector<Case> all_cases();
 
 /// What `custream bench` was asked for.
 struct SuiteOptions {
   std::string csv;     ///< write the numbers here (empty: no CSV)
   std::string filter;  ///< run only cases whose name contains this (empty: all)
-  bool quick = false;  ///< smoke run: few pairs, targets shown but not enforced
+  bool quick = false;  ///< smoke run: 3 pairs, 1 warm-up; targets shown but not enforced
   bool list = false;   ///< print the case names and targets, run nothing
+  bool wide = false;   ///< the full table (raw driver calls, targets in words)
   int pairs = 0;       ///< A B B A pairs for every case (0: each case's own count)
+  /// The driver is the CPU emulator: its numbers mean nothing, so each case measures for at
+  /// most about 2 s (fewer pairs) unless `pairs` is given or the run is quick.
+  bool emulator = false;
 };
 
-/// Runs the suite on device 0: a progress line per case on stderr, then the table on stdout
-/// and the CSV. Returns the exit status: 0 when every case that ran met its target (always
-/// in a quick run), 1 otherwise or when the CSV cannot be written.
-/// @throws custream::Error when the driver fails while setting up.
+/// The cases a run with `options` would run (filter applied), declared without a driver.
+std::vector<Case> selected_cases(const SuiteOptions& options);
+
+/// `custream bench --list`: the selected cases, their pairs and targets. Needs no driver.
+/// Returns the exit status (1 when no case matches the filter).
+int list_cases(const SuiteOptions& options);
+
+/// Runs the suite on device 0: a progress line per case with the time left on stderr, then the
+/// table on stdout and the CSV (opened before the first case runs). Returns the exit status:
+/// 1 when a case could not run (a driver failure) or the CSV cannot be written; otherwise 1
+/// when a target is missed, except in a quick run; else 0.
 int run_suite(const SuiteOptions& options);
 
 }  // namespace custream_bench

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +39,7 @@ constexpr int kGraphKernels = 1000;
 /// What the cases share; allocated once and never freed (no driver call at exit).
 struct State {
   custream::Device device{0};
-  custream::Stream stream{device, true};
+  custream::Stream stream{device, custream::StreamFlags::non_blocking};
   custream::DeviceBuffer buffer{4, device};
   custream::Graph small_graph;          // one memset node: works on the emulator too
   custream::Kernel noop;                // empty when the driver cannot load modules
@@ -128,72 +129,101 @@ std::string first_vs_repeat(State& st) {
   return buf;
 }
 
+/// The state of the graph cases, made by the first of them that runs (not when they are declared
+/// or listed): device 0 current, a stream, a buffer and a one-node graph.
+State& state() {
+  static State* const st = [] {
+    custream::Device(0).make_current();
+    auto* s = new State;
+    // A one-node graph (a 4-byte memset) for the launch case; the emulator can run it.
+    s->stream.begin_capture();
+    s->stream.memset32(s->buffer.get(), 7, 1);
+    s->small_graph = s->stream.end_capture();
+    return s;
+  }();
+  return *st;
+}
+
+/// Loads the empty kernel once: "" when it is loaded, else why the driver cannot load modules.
+const std::string& load_kernel() {
+  static const std::string why = [] {
+    try {
+      state().noop = custream::Module::from_ptx(kTrivialPtx, 0).kernel("noop");
+      return std::string();
+    } catch (const custream::Error& e) {
+      if (e.result() != CUDA_ERROR_NOT_SUPPORTED) throw;
+      return "the driver cannot load modules (" + e.name() + "): needs a real GPU";
+    }
+  }();
+  return why;
+}
+
+std::function<void()> synchronize(CUstream s) {
+  return [s] { check(custream::testing::driver().cuStreamSynchronize(s), "cuStreamSynchronize"); };
+}
+
+void raw_host_func(int n) {
+  const auto& api = custream::testing::driver();
+  const CUstream s = state().stream.handle();
+  for (int i = 0; i < n; ++i) api.cuLaunchHostFunc(s, count_run, &g_host_runs);
+}
+
+// The capture check payload lifetimes require before every enqueue (a stream may be capturing
+// because of code that is not custream's; docs/design/host_functions.md, invariant 2), done raw.
+void raw_checked_host_func(int n) {
+  const auto& api = custream::testing::driver();
+  const CUstream s = state().stream.handle();
+  for (int i = 0; i < n; ++i) {
+    CUstreamCaptureStatus status{};
+    api.cuStreamIsCapturing(s, &status);
+    api.cuLaunchHostFunc(s, count_run, &g_host_runs);
+  }
+}
+
+// The target's "callable (one small allocation)": it may throw, so it goes to the heap (a
+// noexcept one this small would travel in userData).
+void callable_host_func(int n) {
+  State& st = state();
+  std::atomic<long>* counter = &g_host_runs;
+  for (int i = 0; i < n; ++i) {
+    st.stream.launch_host_func([counter] { counter->fetch_add(1, std::memory_order_relaxed); });
+  }
+}
+
+/// Declares a host-function case: 256 enqueues a batch, 1,001 pairs, synchronize between
+/// batches, an A/A control.
+Case host_func_case(const char* name, Target target, Body raw, Body ours, const char* label) {
+  Case c{name, {}, {}, target, 256, 1001, {}, label};
+  c.control = true;
+  c.prepare = [raw = std::move(raw), ours = std::move(ours)](Case& run_as) {
+    run_as.raw = raw;
+    run_as.ours = ours;
+    run_as.between = synchronize(state().stream.handle());
+  };
+  return c;
+}
+
 }  // namespace
 
 void add_graph_cases(std::vector<Case>& cases) {
-  const auto& api = custream::testing::driver();
-  static State* const st = [] {
-    custream::Device(0).make_current();
-    auto* state = new State;
-    // A one-node graph (a 4-byte memset) for the launch case; the emulator can run it.
-    state->stream.begin_capture();
-    state->stream.memset32(state->buffer.get(), 7, 1);
-    state->small_graph = state->stream.end_capture();
-    return state;
-  }();
-  const CUstream s = st->stream.handle();
-  const auto sync = [s, &api] { check(api.cuStreamSynchronize(s), "cuStreamSynchronize"); };
-
   // A host function costs ~2-3 us to enqueue and its cost moves with what the driver's
   // host-function thread and the GPU are doing: these rows take 1,001 pairs, and an A/A
   // control (the raw call against itself) shows the method's resolution beside them.
-  const auto raw_host_func = [&api, s](int n) {
-    for (int i = 0; i < n; ++i) api.cuLaunchHostFunc(s, count_run, &g_host_runs);
-  };
-  cases.push_back({"launch_host_func (raw function)",
-                   raw_host_func,
-                   [](int n) {
-                     for (int i = 0; i < n; ++i)
-                       st->stream.launch_host_func(count_run, &g_host_runs);
-                   },
-                   {},
-                   256,
-                   1001,
-                   sync,
-                   "cuLaunchHostFunc"});
-  cases.back().control = true;
+  cases.push_back(host_func_case(
+      "launch_host_func (raw function)", {}, raw_host_func,
+      [](int n) {
+        State& st = state();
+        for (int i = 0; i < n; ++i) st.stream.launch_host_func(count_run, &g_host_runs);
+      },
+      "cuLaunchHostFunc"));
 
-  // The target's "callable (one small allocation)": it may throw, so it goes to the heap (a
-  // noexcept one this small would travel in userData: the row after the next).
-  cases.push_back({"launch_host_func (callable)",
-                   raw_host_func,
-                   [](int n) {
-                     std::atomic<long>* counter = &g_host_runs;
-                     for (int i = 0; i < n; ++i) {
-                       st->stream.launch_host_func(
-                           [counter] { counter->fetch_add(1, std::memory_order_relaxed); });
-                     }
-                   },
-                   {Target::Kind::raw_plus_abs, 30, 0},
-                   256,
-                   1001,
-                   sync,
-                   "cuLaunchHostFunc"});
-  cases.back().control = true;
-  // The capture check payload lifetimes require before every enqueue (a stream may be
-  // capturing because of code that is not custream's; docs/design/host_functions.md,
-  // invariant 2), done raw.
-  const auto raw_checked_host_func = [&api, s](int n) {
-    for (int i = 0; i < n; ++i) {
-      CUstreamCaptureStatus status{};
-      api.cuStreamIsCapturing(s, &status);
-      api.cuLaunchHostFunc(s, count_run, &g_host_runs);
-    }
-  };
-  // What that check costs in this loop: raw with it against raw without it, same method.
-  cases.back().note = [sync, raw_host_func, raw_checked_host_func](const Case& run_as) {
+  cases.push_back(host_func_case("launch_host_func (callable)", {Target::Kind::raw_plus_abs, 30, 0},
+                                 raw_host_func, callable_host_func, "cuLaunchHostFunc"));
+  // What the capture check costs in this loop: raw with it against raw without it, same method.
+  cases.back().note_interleaves = 1;
+  cases.back().note = [](const Case& run_as) {
     const Case checked{"raw + capture check", raw_host_func, raw_checked_host_func, {}, 256,
-                       run_as.pairs,          sync};
+                       run_as.pairs,          run_as.between};
     const auto [raw_ns, checked_ns] = interleave(checked, checked.raw, checked.ours);
     char buf[200];
     std::snprintf(buf, sizeof buf,
@@ -202,99 +232,96 @@ void add_graph_cases(std::vector<Case>& cases) {
                   checked_ns, raw_ns, checked_ns - raw_ns);
     return std::string(buf);
   };
-  // custream's own part: the callable against the raw calls custream has to make for it.
-  cases.push_back({"launch_host_func (callable) vs raw + capture check",
-                   raw_checked_host_func,
-                   cases.back().ours,
-                   {Target::Kind::raw_plus_abs, 30, 0},
-                   256,
-                   1001,
-                   sync,
-                   "cuStreamIsCapturing + cuLaunchHostFunc"});
-  cases.back().control = true;
-  // A pointer-sized noexcept callable: no allocation, no capture check (stream.hpp).
-  cases.push_back({"launch_host_func (small noexcept callable)",
-                   raw_host_func,
-                   [](int n) {
-                     std::atomic<long>* counter = &g_host_runs;
-                     for (int i = 0; i < n; ++i) {
-                       st->stream.launch_host_func([counter]() noexcept {
-                         counter->fetch_add(1, std::memory_order_relaxed);
-                       });
-                     }
-                   },
-                   {},
-                   256,
-                   1001,
-                   sync,
-                   "cuLaunchHostFunc"});
-  cases.back().control = true;
 
-  const CUgraphExec small = st->small_graph.exec();
-  cases.push_back({"graph launch (1-node graph)",
-                   [&api, s, small](int n) {
-                     for (int i = 0; i < n; ++i) api.cuGraphLaunch(small, s);
-                   },
-                   [](int n) {
-                     for (int i = 0; i < n; ++i) st->small_graph.launch(st->stream);
-                   },
-                   {},
-                   256,
-                   61,
-                   sync,
-                   "cuGraphLaunch"});
+  // custream's own part: the callable against the raw calls custream has to make for it.
+  cases.push_back(host_func_case("launch_host_func (callable) vs raw + capture check",
+                                 {Target::Kind::raw_plus_abs, 30, 0}, raw_checked_host_func,
+                                 callable_host_func, "cuStreamIsCapturing + cuLaunchHostFunc"));
+
+  // A pointer-sized noexcept callable: no allocation, no capture check (stream.hpp).
+  cases.push_back(host_func_case(
+      "launch_host_func (small noexcept callable)", {}, raw_host_func,
+      [](int n) {
+        State& st = state();
+        std::atomic<long>* counter = &g_host_runs;
+        for (int i = 0; i < n; ++i) {
+          st.stream.launch_host_func(
+              [counter]() noexcept { counter->fetch_add(1, std::memory_order_relaxed); });
+        }
+      },
+      "cuLaunchHostFunc"));
+
+  Case small{"graph launch (1-node graph)", {}, {}, {}, 256, 61, {}, "cuGraphLaunch"};
+  small.prepare = [](Case& c) {
+    const auto& api = custream::testing::driver();
+    State& st = state();
+    c.raw = [&api, s = st.stream.handle(), exec = st.small_graph.exec()](int n) {
+      for (int i = 0; i < n; ++i) api.cuGraphLaunch(exec, s);
+    };
+    c.ours = [](int n) {
+      State& st = state();
+      for (int i = 0; i < n; ++i) st.small_graph.launch(st.stream);
+    };
+    c.between = synchronize(st.stream.handle());
+  };
+  cases.push_back(std::move(small));
 
   // Kernels: only where the driver loads modules (not on the CPU emulator).
-  std::string no_kernels;
-  if (!st->noop.handle()) {
-    try {
-      st->noop = custream::Module::from_ptx(kTrivialPtx, 0).kernel("noop");
-    } catch (const custream::Error& e) {
-      if (e.result() != CUDA_ERROR_NOT_SUPPORTED) throw;
-      no_kernels = "the driver cannot load modules (" + e.name() + "): needs a real GPU";
-    }
-  }
-  Case kernel{"kernel launch (empty kernel, 1x1)", {}, {}, {}, 256, 61, sync, "cuLaunchKernel"};
+  Case kernel{"kernel launch (empty kernel, 1x1)", {}, {}, {}, 256, 61, {}, "cuLaunchKernel"};
+  kernel.needs_kernels = true;
+  kernel.prepare = [](Case& c) {
+    State& st = state();
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    const auto& api = custream::testing::driver();
+    c.raw = [&api, s = st.stream.handle(), f = st.noop.handle()](int n) {
+      for (int i = 0; i < n; ++i) {
+        void* params[1] = {nullptr};
+        api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+      }
+    };
+    c.ours = [](int n) {
+      State& st = state();
+      for (int i = 0; i < n; ++i) st.noop.launch(st.stream, 1, 1, 0);
+    };
+    c.between = synchronize(st.stream.handle());
+  };
+  cases.push_back(std::move(kernel));
+
   Case graph{"capture + instantiate + first launch (1,000 kernels)",
              {},
              {},
              {Target::Kind::ratio, 0, 1.02},
              2,
              25,
-             [] { st->drop_graphs(); },
+             {},
              "capture, instantiate+upload, launch, sync"};
-  if (!no_kernels.empty()) {
-    kernel.skip = graph.skip = no_kernels;
-  } else {
-    const CUfunction f = st->noop.handle();
-    kernel.raw = [&api, s, f](int n) {
-      for (int i = 0; i < n; ++i) {
-        void* params[1] = {nullptr};
-        api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
-      }
-    };
-    kernel.ours = [](int n) {
-      for (int i = 0; i < n; ++i) st->noop.launch(st->stream, 1, 1, 0);
-    };
-    graph.raw = [&api, s, f](int n) {
+  graph.needs_kernels = true;
+  graph.prepare = [](Case& c) {
+    State& st = state();
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    const auto& api = custream::testing::driver();
+    c.raw = [&api, s = st.stream.handle(), f = st.noop.handle()](int n) {
       for (int i = 0; i < n; ++i) {
         auto ge = raw_capture(s, f, true);
         check(api.cuGraphLaunch(ge.second, s), "cuGraphLaunch");
         check(api.cuStreamSynchronize(s), "cuStreamSynchronize");
-        st->raw_graphs.push_back(ge);
+        state().raw_graphs.push_back(ge);
       }
     };
-    graph.ours = [](int n) {
+    c.ours = [](int n) {
+      State& st = state();
       for (int i = 0; i < n; ++i) {
-        custream::Graph g = ours_capture(*st);
-        g.launch(st->stream);
-        st->stream.synchronize();
-        st->graphs.push_back(std::move(g));
+        custream::Graph g = ours_capture(st);
+        g.launch(st.stream);
+        st.stream.synchronize();
+        st.graphs.push_back(std::move(g));
       }
     };
-    graph.note = [](const Case&) { return first_vs_repeat(*st); };
-  }
-  cases.push_back(std::move(kernel));
+    c.between = [] { state().drop_graphs(); };
+    c.note = [](const Case&) { return first_vs_repeat(state()); };
+  };
   cases.push_back(std::move(graph));
 }
 

@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
   }
   custream::Device device(0);
   device.make_current();
-  const custream::Stream stream(device, true);
-  const custream::Stream idle(device, true);
+  const custream::Stream stream(device, custream::StreamFlags::non_blocking);
+  const custream::Stream idle(device, custream::StreamFlags::non_blocking);
   const auto& api = custream::testing::driver();
   const CUstream s = stream.handle();
   const CUstream other = idle.handle();

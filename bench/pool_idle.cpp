@@ -93,7 +93,7 @@ int main(int argc, char** argv) try {
               custream::testing::pool_stats().pooled ? "yes" : "no (AddressSanitizer)");
   custream::Device device(0);
   custream::DeviceScope scope(device);
-  const custream::Stream s(device, true);
+  const custream::Stream s(device, custream::StreamFlags::non_blocking);
   burst(s, 10, plain);  // warm up: driver and stream set up
   print_stats("start");
 

@@ -2,9 +2,11 @@
 //
 //   custream <command> [--emulate | --auto] [command options]
 //
-// Exit status: 0 success; 1 failure (no usable driver, a failed check, a missed target);
-// 2 bad arguments. --emulate runs on the CPU driver emulator of the build tree; --auto runs on
-// the GPU where a driver and a device are present and on the emulator otherwise, saying which.
+// Options are parsed getopt_long-style: `--csv FILE` and `--csv=FILE` alike. Exit status:
+// 0 success; 1 failure (no usable driver, a failed check, a missed target); 2 bad arguments.
+// --emulate runs on the CPU driver emulator of the build tree; --auto runs on the GPU where a
+// driver and a device are present and on the emulator otherwise, saying which.
+#include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -37,8 +39,9 @@ constexpr const char* kUsage =
     "             (<build>/test/emu/libcuda.so.1, next to <build>/tools/custream)\n"
     "  --auto     run on the GPU when a driver and a device are present, otherwise on the\n"
     "             emulator; says which\n"
-    "  --help     the command's help\n"
+    "  --help     the command's help (custream <command> --help)\n"
     "\n"
+    "An option's value follows it or an '=': --csv FILE or --csv=FILE.\n"
     "The driver is libcuda.so.1 from the loader's search path, or $CUSTREAM_LIBCUDA.\n"
     "Exit status: 0 success, 1 failure (no usable driver, a failed check, a missed target),\n"
     "2 bad arguments.\n";
@@ -48,7 +51,10 @@ constexpr const char* kInfoHelp =
     "\n"
     "Prints which driver library custream loaded and from where, the driver version, and for\n"
     "each device its ordinal, name, compute capability, memory and whether its primary context\n"
-    "is active. Without a usable driver it says so in one line and exits 1.\n";
+    "is active. Without a usable driver it says so in one line and exits 1.\n"
+    "\n"
+    "  --emulate  run on the CPU driver emulator of the build tree\n"
+    "  --auto     the GPU when there is one, else the emulator\n";
 
 constexpr const char* kSelftestHelp =
     "usage: custream selftest [--emulate | --auto]\n"
@@ -58,31 +64,161 @@ constexpr const char* kSelftestHelp =
     "launch, capture of a kernel and a host function, instantiate, upload, replay, update and\n"
     "fork/join capture. One row per check (pass / FAIL / skipped, time). Kernel checks are\n"
     "skipped, saying so, where the driver cannot load modules (the emulator). Exits 1 when a\n"
-    "check fails or there is no usable driver.\n";
+    "check fails or there is no usable driver.\n"
+    "\n"
+    "  --emulate  run on the CPU driver emulator of the build tree\n"
+    "  --auto     the GPU when there is one, else the emulator\n";
 
 constexpr const char* kBenchHelp =
     "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--pairs N]\n"
-    "                      [--quick] [--list]\n"
+    "                      [--quick] [--wide] [--list]\n"
     "\n"
-    "The benchmark suite on device 0 (docs/performance.md): each operation raw (driver call) and "
-    "through custream, on\n"
-    "the same handles, interleaved A B B A in batches (>= 21 pairs), medians of batch means;\n"
-    "enqueueing cases in batches of <= 256 with an untimed synchronize between batches.\n"
-    "Prints a progress line per case (stderr), then a table: raw, custream, ratio, target,\n"
-    "pass/fail. Exits 1 when a target is missed.\n"
+    "The benchmark suite on device 0 (docs/performance.md): each operation raw (the driver\n"
+    "call) and through custream, on the same handles, interleaved A B B A in batches (>= 21\n"
+    "pairs), medians of batch means; enqueueing cases in batches of <= 256 with an untimed\n"
+    "synchronize between batches. Prints progress per case with the time left (stderr), then a\n"
+    "table (stdout): raw ns, custream ns, ratio, target, pass/FAIL.\n"
     "\n"
-    "  --csv FILE     also write the numbers to FILE (bench/plot.py reads it)\n"
+    "  --csv FILE     also write the numbers to FILE (bench/plot.py reads it); a FILE that\n"
+    "                 cannot be written stops the command before any case runs\n"
     "  --filter TEXT  only the cases whose name contains TEXT\n"
     "  --pairs N      A B B A pairs for every case (N >= 21; default: each case's own,\n"
     "                 25 to 1,001)\n"
-    "  --quick        smoke run (3 pairs, 1 warm-up): targets shown, not enforced\n"
-    "  --list         list the cases and targets, run nothing\n"
+    "  --quick        smoke run: 3 pairs and 1 warm-up per case (overrides --pairs); targets\n"
+    "                 shown, not enforced\n"
+    "  --wide         the full table: also the raw driver calls, and the targets in words\n"
+    "                 (the default table fits 100 columns)\n"
+    "  --list         list the cases a run with these options would run (pairs, target), run\n"
+    "                 nothing; needs no driver\n"
+    "  --emulate      run on the CPU driver emulator of the build tree: each case is capped\n"
+    "                 at about 2 s of measurement (fewer pairs) unless --pairs is given\n"
+    "  --auto         the GPU when there is one, else the emulator\n"
+    "\n"
+    "Exit status: 0 every target met; with --quick, 0 when every case ran, whatever the\n"
+    "numbers. 1 when a target is missed (not with --quick), a case could not run (a driver\n"
+    "failure), there is no usable driver or FILE cannot be written. 2 bad arguments. Cases the\n"
+    "driver cannot run (kernels on the emulator) are skipped, saying so, not failed.\n"
     "\n"
     "Numbers mean something only on a real GPU, compared within one run.\n";
 
 int usage_error(const std::string& message, const char* help) {
   std::fprintf(stderr, "custream: %s\n\n%s", message.c_str(), help);
   return 2;
+}
+
+/// What the options of a command asked for.
+struct Args {
+  bool emulate = false, automatic = false;
+#ifdef CUSTREAM_TOOL_BENCH
+  custream_bench::SuiteOptions bench;
+#endif
+};
+
+enum class Parsed { run, help, error };
+
+/// The long options' getopt_long values (above any character).
+enum Option : int { kEmulate = 256, kAuto, kCsv, kFilter, kPairs, kQuick, kWide, kList };
+
+/// The option as the user wrote it, without an "=VALUE": for messages.
+std::string option_text(const char* arg) {
+  const std::string text = arg != nullptr ? arg : "";
+  return text.substr(0, text.find('='));
+}
+
+/// Parses argv[2..] getopt_long-style (a value after the option or after '=') into `a`.
+/// Prints a usage error itself, with `help` (the command's help).
+Parsed parse_options(const std::string& command, const char* help, int argc, char** argv, Args* a) {
+  std::vector<option> options = {
+      {"emulate", no_argument, nullptr, kEmulate},
+      {"auto", no_argument, nullptr, kAuto},
+      {"help", no_argument, nullptr, 'h'},
+  };
+#ifdef CUSTREAM_TOOL_BENCH
+  if (command == "bench") {
+    options.push_back({"csv", required_argument, nullptr, kCsv});
+    options.push_back({"filter", required_argument, nullptr, kFilter});
+    options.push_back({"pairs", required_argument, nullptr, kPairs});
+    options.push_back({"quick", no_argument, nullptr, kQuick});
+    options.push_back({"wide", no_argument, nullptr, kWide});
+    options.push_back({"list", no_argument, nullptr, kList});
+  }
+#endif
+  options.push_back({nullptr, 0, nullptr, 0});
+
+  // getopt_long sees the command as argv[0]: the options start at argv[2].
+  const int count = argc - 1;
+  char** args = argv + 1;
+  opterr = 0;  // our own messages
+  optind = 1;
+  // '+': stop at the first operand (a command takes none); ':': a missing value returns ':'.
+  for (int c; (c = getopt_long(count, args, "+:h", options.data(), nullptr)) != -1;) {
+    const std::string arg = option_text(args[optind - 1]);
+    switch (c) {
+      case 'h':
+        return Parsed::help;
+      case kEmulate:
+        a->emulate = true;
+        break;
+      case kAuto:
+        a->automatic = true;
+        break;
+#ifdef CUSTREAM_TOOL_BENCH
+      case kCsv:
+        if (*optarg == '\0') {
+          usage_error("--csv needs a file name", help);
+          return Parsed::error;
+        }
+        a->bench.csv = optarg;
+        break;
+      case kFilter:
+        a->bench.filter = optarg;
+        break;
+      case kPairs: {
+        char* end = nullptr;
+        errno = 0;
+        const long pairs = std::strtol(optarg, &end, 10);
+        if (end == optarg || *end != '\0' || errno != 0 || pairs < 21 || pairs > 100000) {
+          const std::string value = optarg;
+          usage_error("--pairs \"" + value +
+                          "\": not a whole number from 21 to 100000 (the "
+                          "method needs >= 21 pairs)",
+                      help);
+          return Parsed::error;
+        }
+        a->bench.pairs = static_cast<int>(pairs);
+        break;
+      }
+      case kQuick:
+        a->bench.quick = true;
+        break;
+      case kWide:
+        a->bench.wide = true;
+        break;
+      case kList:
+        a->bench.list = true;
+        break;
+#endif
+      case ':':
+        usage_error(arg + " needs a value", help);
+        return Parsed::error;
+      default:  // '?': an unknown option, or a value given to one that takes none
+        if (optopt >= kEmulate) {
+          usage_error(arg + " takes no value", help);
+        } else if (optopt != 0) {
+          usage_error("unknown option \"-" + std::string(1, static_cast<char>(optopt)) + "\" for " +
+                          command,
+                      help);
+        } else {
+          usage_error("unknown option \"" + arg + "\" for " + command, help);
+        }
+        return Parsed::error;
+    }
+  }
+  if (optind < count) {
+    usage_error("unexpected argument \"" + std::string(args[optind]) + "\" for " + command, help);
+    return Parsed::error;
+  }
+  return Parsed::run;
 }
 
 std::string self_path() {
@@ -151,42 +287,24 @@ int main(int argc, char** argv) {
                                              : nullptr;
   if (help == nullptr) return usage_error("unknown command \"" + command + "\"", kUsage);
 
-  bool emulate = false, automatic = false;
-#ifdef CUSTREAM_TOOL_BENCH
-  custream_bench::SuiteOptions bench;
-#endif
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(help, stdout);
-      return 0;
-    } else if (arg == "--emulate") {
-      emulate = true;
-    } else if (arg == "--auto") {
-      automatic = true;
-#ifdef CUSTREAM_TOOL_BENCH
-    } else if (command == "bench" && (arg == "--csv" || arg == "--filter")) {
-      if (i + 1 >= argc) return usage_error(arg + " needs a value", help);
-      (arg == "--csv" ? bench.csv : bench.filter) = argv[++i];
-    } else if (command == "bench" && arg == "--pairs") {
-      if (i + 1 >= argc) return usage_error(arg + " needs a value", help);
-      char* end = nullptr;
-      const long pairs = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || pairs < 21 || pairs > 100000) {
-        return usage_error(
-            "--pairs needs a whole number from 21 to 100000 (the method needs >= 21)", help);
-      }
-      bench.pairs = static_cast<int>(pairs);
-    } else if (command == "bench" && arg == "--quick") {
-      bench.quick = true;
-    } else if (command == "bench" && arg == "--list") {
-      bench.list = true;
-#endif
-    } else {
-      return usage_error("unknown option \"" + arg + "\" for " + command, help);
-    }
+  Args args;
+  const Parsed parsed = parse_options(command, help, argc, argv, &args);
+  if (parsed == Parsed::help) {
+    std::fputs(help, stdout);
+    return 0;
   }
+  if (parsed == Parsed::error) return 2;
+  const bool emulate = args.emulate, automatic = args.automatic;
   if (emulate && automatic) return usage_error("--emulate and --auto exclude each other", help);
+
+#ifdef CUSTREAM_TOOL_BENCH
+  // The cases are declared without a driver: listing them needs none.
+  custream_bench::SuiteOptions& bench = args.bench;
+  if (command == "bench" && bench.list) {
+    bench.emulator = emulate;
+    return custream_bench::list_cases(bench);
+  }
+#endif
 
   const char* env = std::getenv("CUSTREAM_LIBCUDA");
   if (emulate) {
@@ -227,11 +345,7 @@ int main(int argc, char** argv) {
     if (command == "info") return custream_tool::info();
     if (command == "selftest") return custream_tool::selftest();
 #ifdef CUSTREAM_TOOL_BENCH
-    if (custream_tool::driver_is_emulator() && !bench.list) {
-      std::printf(
-          "custream bench: on the CPU driver emulator; its numbers say nothing about a "
-          "GPU\n");
-    }
+    bench.emulator = custream_tool::driver_is_emulator();
     return custream_bench::run_suite(bench);
 #else
     std::fprintf(stderr,

@@ -125,7 +125,7 @@ struct DeviceChecks {
 
   void run(Tally& t) {
     row(t, d, "create stream (non-blocking, priority -1)", [&] {
-      stream = custream::Stream(device, true, -1);
+      stream = custream::Stream(device, custream::StreamFlags::non_blocking, -1);
       expect(stream.device_id() == d, "device_id() is " + std::to_string(stream.device_id()));
       expect(stream.context() == device.primary_context(), "not the primary context");
       expect(stream.non_blocking(), "non_blocking() is false");
@@ -297,7 +297,7 @@ struct DeviceChecks {
 
     row(t, d, "fork/join capture through events", [&] {
       need_stream();
-      custream::Stream side(device, true);
+      custream::Stream side(device, custream::StreamFlags::non_blocking);
       const int before = host_runs->load();
       auto runs = host_runs;
       custream::Graph g;
