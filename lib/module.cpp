@@ -18,13 +18,15 @@ namespace custream {
 namespace detail {
 
 ModuleOwner::~ModuleOwner() {
-  // Unloaded with its context current, set and restored with raw calls: a release never
-  // throws (invariant 1).
-  const DriverApi& api = g_loaded.load(std::memory_order_acquire)->api;
+  // Unloaded with its context current, set and restored with release calls: a release never
+  // throws, and every failure reaches the release-error handler (invariant 1). A context
+  // that cannot be made current still gets the unload attempted.
   CUcontext previous = nullptr;
-  const bool known = api.cuCtxGetCurrent(&previous) == CUDA_SUCCESS;
+  const bool known =
+      release_call<&DriverApi::cuCtxGetCurrent>("module", module, &previous) == CUDA_SUCCESS;
   const bool switched =
-      known && previous != context && api.cuCtxSetCurrent(context) == CUDA_SUCCESS;
+      known && previous != context &&
+      release_call<&DriverApi::cuCtxSetCurrent>("module", module, context) == CUDA_SUCCESS;
   release_call<&DriverApi::cuModuleUnload>("module", module, module);
   if (switched) {
     release_call<&DriverApi::cuCtxSetCurrent>("context (restoring it)", previous, previous);

@@ -114,7 +114,10 @@ using namespace std::chrono_literals;
   X(cuUserObjectCreate, cuUserObjectCreate, 11030)                               \
   X(cuUserObjectRelease, cuUserObjectRelease, 11030)                             \
   X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030)                     \
-  X(cuModuleLoadData, cuModuleLoadData, 2000)
+  X(cuModuleLoadData, cuModuleLoadData, 2000)                                    \
+  X(cuModuleUnload, cuModuleUnload, 2000)                                        \
+  X(cuModuleGetFunction, cuModuleGetFunction, 2000)                              \
+  X(cuLaunchKernel, cuLaunchKernel, 4000)
 
 struct Api {
 #define CONFORMANCE_FIELD(field, symbol, version) PFN_##symbol##_v##version field = nullptr;
@@ -1467,6 +1470,64 @@ TEST_CASE("a garbage module image is refused", "[conformance]") {
   CHECK(api().cuModuleLoadData(&m, junk) != CUDA_SUCCESS);
 }
 
+// add(int* data, int amount): data[0] += amount (one thread); PTX for sm_70, JIT-compiled on
+// the GPU; the emulator reads the kernel names and parameter sizes from it.
+constexpr const char* kKernelPtx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry add(
+  .param .u64 data,
+  .param .u32 amount
+)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [data];
+  ld.param.u32 %r1, [amount];
+  cvta.to.global.u64 %rd2, %rd1;
+  ld.global.u32 %r2, [%rd2];
+  add.s32 %r3, %r2, %r1;
+  st.global.u32 [%rd2], %r3;
+  ret;
+}
+)";
+
+TEST_CASE("PTX modules: functions by name, launch checks, another context's stream",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CUmodule m = nullptr;
+  CU_OK(api().cuModuleLoadData(&m, kKernelPtx));
+  CUfunction f = nullptr;
+  CU_EQ(api().cuModuleGetFunction(&f, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CU_OK(api().cuModuleGetFunction(&f, m, "add"));
+  CUfunction again = nullptr;
+  CU_OK(api().cuModuleGetFunction(&again, m, "add"));
+  CHECK(again == f);
+  DeviceBuffer buf(sizeof(int));
+  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
+  CUdeviceptr p = buf.p;
+  int amount = 1;
+  void* args[] = {&p, &amount};
+  CU_EQ(api().cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, s.s, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CU_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, s.s, args, nullptr),
+        CUDA_ERROR_INVALID_VALUE);
+  CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  int n = 0;
+  CU_OK(api().cuDeviceGetCount(&n));
+  if (n > 1) {  // a function of device 0's context on device 1's stream
+    PrimaryScope one(1);
+    StreamHandle s1(CU_STREAM_NON_BLOCKING);
+    CU_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s1.s, args, nullptr),
+          CUDA_ERROR_INVALID_HANDLE);
+  }
+  CU_OK(api().cuModuleUnload(m));
+}
+
 // ============================================================================================
 // Emulator-only: fault injection and leak accounting
 // ============================================================================================
@@ -1594,16 +1655,151 @@ TEST_CASE("emulator: every served symbol has exactly the ABI versions of cudaTyp
   CHECK(served > 60);
 }
 
-TEST_CASE("emulator: capture refuses stream-ordered allocation; kernels cannot load",
-          "[emu-only]") {
+TEST_CASE("emulator: two devices of compute capability 9.0", "[emu-only]") {
   REQUIRE_EMULATOR();
   PrimaryScope scope;
-  CUmodule m = nullptr;
-  CU_EQ(api().cuModuleLoadData(&m, "x"), CUDA_ERROR_NOT_SUPPORTED);
   int count = 0;
   CU_OK(api().cuDeviceGetCount(&count));
   CHECK(count == driver().device_count);
   int major = 0;
   CU_OK(api().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
   CHECK(major == 9);
+}
+
+namespace {
+// add(int* data, int amount) on the CPU: data[0] += amount, as registered with the emulator.
+void cpu_add(const custream_emu_kernel_launch* l) {
+  int* data = nullptr;
+  int amount = 0;
+  std::memcpy(&data, l->params[0], sizeof data);
+  std::memcpy(&amount, l->params[1], sizeof amount);
+  *data += amount * static_cast<int>(l->grid[0]) * *static_cast<int*>(l->user);
+}
+}  // namespace
+
+TEST_CASE("emulator: a kernel runs its registered CPU implementation, eagerly and in a graph",
+          "[emu-only]") {
+  REQUIRE_EMULATOR();
+  auto register_kernel =
+      emu_control<decltype(&custream_emu_register_kernel)>("custream_emu_register_kernel");
+  auto runs = emu_control<decltype(&custream_emu_kernel_runs)>("custream_emu_kernel_runs");
+  REQUIRE(register_kernel != nullptr);
+  REQUIRE(runs != nullptr);
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  CUmodule m = nullptr;
+  CU_OK(api().cuModuleLoadData(&m, kKernelPtx));
+  CUfunction add = nullptr;
+  CU_OK(api().cuModuleGetFunction(&add, m, "add"));
+  DeviceBuffer buf(sizeof(int));
+  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
+  CUdeviceptr p = buf.p;
+  int amount = 5;
+  void* args[] = {&p, &amount};
+  const long before = runs("add");
+  // Unregistered: a no-op that still runs in stream order (and counts).
+  CU_OK(api().cuLaunchKernel(add, 1, 1, 1, 32, 1, 1, 0, s.s, args, nullptr));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(runs("add") == before + 1);
+  int host = -1;
+  CU_OK(api().cuMemcpyDtoHAsync(&host, buf.p, sizeof host, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(host == 0);
+  // Registered (sizes from the PTX): arguments are copied at launch.
+  int factor = 1;
+  REQUIRE(register_kernel("add", cpu_add, &factor, nullptr, 0) == 0);
+  CU_OK(api().cuLaunchKernel(add, 2, 1, 1, 32, 1, 1, 0, s.s, args, nullptr));
+  amount = 1000;  // after the launch: not seen
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuMemcpyDtoHAsync(&host, buf.p, sizeof host, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(host == 10);
+  // Captured: a kernel node, run at every replay.
+  amount = 1;
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  CUgraphNode node = nullptr;
+  size_t n = 1;
+  CU_OK(api().cuGraphGetNodes(g, &node, &n));
+  CUgraphNodeType type{};
+  CU_OK(api().cuGraphNodeGetType(node, &type));
+  CHECK(type == CU_GRAPH_NODE_TYPE_KERNEL);
+  CUgraphExec e = instantiate(g);
+  for (int i = 0; i < 3; ++i) CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuMemcpyDtoHAsync(&host, buf.p, sizeof host, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(host == 13);
+  // A binary image: any name resolves; a registered kernel needs its parameter sizes.
+  const unsigned char elf[] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
+  CUmodule bin = nullptr;
+  CU_OK(api().cuModuleLoadData(&bin, elf));
+  CUfunction add_bin = nullptr;
+  CU_OK(api().cuModuleGetFunction(&add_bin, bin, "add"));
+  CU_EQ(api().cuLaunchKernel(add_bin, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr),
+        CUDA_ERROR_NOT_SUPPORTED);
+  const size_t sizes[] = {sizeof(CUdeviceptr), sizeof(int)};
+  factor = 2;
+  REQUIRE(register_kernel("add", cpu_add, &factor, sizes, 2) == 0);
+  CU_OK(api().cuLaunchKernel(add_bin, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuMemcpyDtoHAsync(&host, buf.p, sizeof host, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(host == 15);
+  REQUIRE(register_kernel("add", nullptr, nullptr, nullptr, 0) == 0);  // a no-op again
+  CU_OK(api().cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuMemcpyDtoHAsync(&host, buf.p, sizeof host, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(host == 15);
+  CHECK(register_kernel(nullptr, cpu_add, nullptr, nullptr, 0) == -1);
+  CHECK(register_kernel("add", cpu_add, nullptr, nullptr, 2) == -1);
+  CU_OK(api().cuGraphExecDestroy(e));
+  CU_OK(api().cuGraphDestroy(g));
+  CU_OK(api().cuModuleUnload(bin));
+  CU_OK(api().cuModuleUnload(m));
+}
+
+TEST_CASE("emulator: the entry points under the symbol names libcuda.so.1 exports", "[emu-only]") {
+  REQUIRE_EMULATOR();
+  // cuda.h 13.0 compiles a call of cuStreamDestroy to cuStreamDestroy_v2, cuMemAlloc to
+  // cuMemAlloc_v2 and so on; a program linked against libcuda finds these symbols.
+  for (const char* name : {"cuInit",
+                           "cuDeviceGet",
+                           "cuCtxGetCurrent",
+                           "cuDevicePrimaryCtxRetain",
+                           "cuDevicePrimaryCtxRelease_v2",
+                           "cuStreamCreate",
+                           "cuStreamDestroy_v2",
+                           "cuStreamGetCtx",
+                           "cuStreamGetCtx_v2",
+                           "cuStreamBeginCapture_v2",
+                           "cuStreamGetCaptureInfo_v3",
+                           "cuEventDestroy_v2",
+                           "cuMemAlloc_v2",
+                           "cuMemFree_v2",
+                           "cuMemcpyHtoDAsync_v2",
+                           "cuGraphExecUpdate_v2",
+                           "cuGraphInstantiateWithParams",
+                           "cuLaunchKernel",
+                           "cuModuleLoadData",
+                           "cuCtxGetDevice_v2"}) {
+    INFO(name);
+    CHECK(dlsym(driver().lib, name) != nullptr);
+  }
+  // The same function cuGetProcAddress serves for the current ABI: called through the
+  // exported symbol, cuStreamGetCtx_v2 answers like the 12050 entry point.
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  auto get_ctx_v2 =
+      reinterpret_cast<PFN_cuStreamGetCtx_v12050>(dlsym(driver().lib, "cuStreamGetCtx_v2"));
+  REQUIRE(get_ctx_v2 != nullptr);
+  CUcontext a = nullptr, b = nullptr;
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(1);
+  CU_OK(get_ctx_v2(s.s, &a, &green));
+  CU_OK(api().cuStreamGetCtx_v2(s.s, &b, nullptr));
+  CHECK(a == b);
+  CHECK(green == nullptr);
 }

@@ -68,6 +68,7 @@
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
 #include "custream/host_function.hpp"
+#include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
@@ -186,9 +187,6 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuThreadExchangeStreamCaptureMode", "never called by the library; the conformance suite"},
       {"cuMemcpyDtoDAsync", "never called by the library (device to device is cuMemcpyAsync)"},
       {"cuGraphCreate", "never called by the library; tests build graphs with it"},
-      {"cuModuleUnload", "needs a loaded module: the emulator cannot load PTX (GPU tests)"},
-      {"cuModuleGetFunction", "needs a loaded module: the emulator cannot load PTX (GPU tests)"},
-      {"cuLaunchKernel", "needs a loaded module: the emulator cannot load PTX (GPU tests)"},
   };
   return reasons;
 }
@@ -785,14 +783,20 @@ std::vector<Operation> operations() {
       },
       ContextAtStart::primary,
       [] { custream_test::emu_fail_call("cuGraphRetainUserObject", 1, CUDA_ERROR_NOT_PERMITTED); });
-  add("modules: load PTX (the emulator refuses it: CUDA_ERROR_NOT_SUPPORTED)", [] {
+  add("modules: load PTX, look up a kernel, launch it, unload (current device and another)", [] {
     for (const int device : {-1, other_device()}) {
-      try {
-        (void)custream::Module::from_ptx(".version 7.0\n.target sm_50\n.address_size 64\n", device);
-        throw std::logic_error("the emulator loaded a module");
-      } catch (const custream::Error& e) {
-        if (e.result() != CUDA_ERROR_NOT_SUPPORTED) throw;
-      }
+      custream::Kernel k;
+      {
+        custream::Module m = custream::Module::from_ptx(
+            ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  ret;\n}\n",
+            device);
+        k = m.kernel("noop");
+      }  // the kernel keeps its module loaded
+      custream::Stream s = device < 0 ? custream::Stream(custream::StreamFlags::non_blocking)
+                                      : custream::Stream(custream::Device(device),
+                                                         custream::StreamFlags::non_blocking);
+      k.launch(s, {1}, {1}, 0);
+      s.synchronize();
     }
   });
   add("errors: the driver's description of a failed call", [] {

@@ -1,12 +1,13 @@
-// Modules and kernels from PTX text, launched directly and from captured graphs. Needs a real
-// GPU: the emulator answers CUDA_ERROR_NOT_SUPPORTED for module loading ([kernel] cases skip
-// there). The PTX is written for sm_70 so the JIT compiles it for the H200 (sm_90).
+// Modules and kernels from PTX text, launched directly and from captured graphs. On a real GPU
+// ([real-gpu]); on the emulator, kernels run the CPU implementation a test registers
+// (emu_control.h). The PTX is written for sm_70 so the JIT compiles it for the H200 (sm_90).
 #include "custream/kernel.hpp"
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -18,7 +19,9 @@
 #include "custream/host_function.hpp"
 #include "custream/module.hpp"
 #include "custream/stream.hpp"
+#include "emu/emu_control.h"
 #include "graph_support.hpp"
+#include "test_support.hpp"
 
 using custream::Graph;
 using custream::Kernel;
@@ -91,16 +94,52 @@ std::vector<int> read(const Stream& s, const custream::DeviceBuffer& b) {
 
 }  // namespace
 
-TEST_CASE("module loading answers NOT_SUPPORTED on the emulator", "[gpu][kernel][emu-only]") {
+// add_one on the CPU, registered with the emulator: data[i] += 1 for i < n, over the grid.
+void cpu_add_one(const custream_emu_kernel_launch* l) {
+  int* data = nullptr;
+  unsigned n = 0;
+  std::memcpy(&data, l->params[0], sizeof data);
+  std::memcpy(&n, l->params[1], sizeof n);
+  const unsigned threads = l->grid[0] * l->block[0];
+  for (unsigned i = 0; i < threads && i < n; ++i) ++data[i];
+}
+
+TEST_CASE("on the emulator a kernel runs its registered CPU implementation",
+          "[gpu][kernel][emu-only]") {
   REQUIRE_EMULATOR();
+  auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+      "custream_emu_register_kernel");
+  REQUIRE(register_kernel != nullptr);
+  REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+  Stream s(custream::StreamFlags::non_blocking);
+  Module m = Module::from_ptx(kPtx);
+  Kernel add_one = m.kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  s.memset32(data.get(), 41, kCount);
+  add_one.launch(s, {(kCount + 255) / 256}, {256}, 0, data.get(), kCount - 1);
+  auto v = read(s, data);
+  CHECK(v[0] == 42);
+  CHECK(v[kCount - 2] == 42);
+  CHECK(v[kCount - 1] == 41);
+  // Captured with custream and replayed.
+  s.begin_capture();
+  add_one.launch(s, {1}, {32}, 0, data.get(), 1u);
+  Graph g = s.end_capture();
+  CHECK(g.node_count() == 1);
+  g.launch(s);
+  g.launch(s);
+  v = read(s, data);
+  CHECK(v[0] == 44);
+  CHECK(v[1] == 42);
   try {
-    (void)Module::from_ptx(kPtx);
+    (void)m.kernel("no_such_kernel");
     FAIL("no throw");
   } catch (const custream::Error& e) {
-    CHECK(e.result() == CUDA_ERROR_NOT_SUPPORTED);
-    CHECK(e.call() == "cuModuleLoadDataEx");
-    CHECK(std::string(e.what()).find("device 0") != std::string::npos);
+    CHECK(e.result() == CUDA_ERROR_NOT_FOUND);
+    CHECK(e.call() == "cuModuleGetFunction");
+    CHECK(std::string(e.what()).find("no_such_kernel") != std::string::npos);
   }
+  REQUIRE(register_kernel("add_one", nullptr, nullptr, nullptr, 0) == 0);
 }
 
 TEST_CASE("a PTX kernel launched with typed arguments", "[kernel][real-gpu]") {
@@ -203,7 +242,8 @@ TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][gra
   CHECK(verbose != plain);
 }
 
-TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "[kernel][graph][real-gpu]") {
+TEST_CASE("graph destroyed while a long kernel and a host node are in flight",
+          "[kernel][graph][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Kernel spin = Module::from_ptx(kPtx).kernel("spin");
@@ -223,7 +263,8 @@ TEST_CASE("graph destroyed while a long kernel and a host node are in flight", "
   CHECK(eventually([&] { return probe->destroyed == 1; }));
 }
 
-TEST_CASE("kernel launch costs one driver call: same result with no context current", "[kernel][real-gpu]") {
+TEST_CASE("kernel launch costs one driver call: same result with no context current",
+          "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);
   Kernel add_one = Module::from_ptx(kPtx).kernel("add_one");

@@ -1,10 +1,14 @@
 // `custream selftest`: on every device, every capability end to end, one row per check
 // (device, check, pass / FAIL / skipped, time, detail). Kernel checks are skipped, and say so,
-// where the driver cannot load modules (the CPU emulator answers CUDA_ERROR_NOT_SUPPORTED).
+// where the driver cannot load modules; on the CPU driver emulator the kernel set_value runs as
+// a CPU function registered with it (emu_control.h), so every check runs there too.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -19,6 +23,7 @@
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/testing.hpp"
+#include "emu_control.h"
 #include "tool.hpp"
 #include "trivial_ptx.hpp"
 
@@ -26,6 +31,25 @@ namespace custream_tool {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// set_value(int* out, int value) on the CPU, for the emulator: *out = value.
+void cpu_set_value(const custream_emu_kernel_launch* launch) {
+  int* out = nullptr;
+  int value = 0;
+  std::memcpy(&out, launch->params[0], sizeof out);
+  std::memcpy(&value, launch->params[1], sizeof value);
+  *out = value;
+}
+
+/// On the emulator, registers the CPU set_value (its parameter sizes come from the PTX).
+void register_emulated_kernels() {
+  if (!driver_is_emulator()) return;
+  void* driver = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto register_kernel = reinterpret_cast<decltype(&custream_emu_register_kernel)>(
+      driver ? dlsym(driver, "custream_emu_register_kernel") : nullptr);
+  if (register_kernel) register_kernel("set_value", cpu_set_value, nullptr, nullptr, 0);
+  if (driver) dlclose(driver);
+}
 
 /// Thrown by a check that cannot run here; the row says "skipped" and why.
 struct Skip {
@@ -235,6 +259,7 @@ struct DeviceChecks {
     });
 
     row(t, d, "load PTX module (driver JIT)", [&] {
+      register_emulated_kernels();
       try {
         set_value = custream::Module::from_ptx(custream_bench::kTrivialPtx, d).kernel("set_value");
       } catch (const custream::Error& e) {

@@ -1,28 +1,58 @@
 // Example 2: a JIT loader. CUDA C++ source is compiled at run time with NVRTC (libnvrtc is
 // loaded with dlopen, nothing links it), the PTX is loaded by custream (Module::from_ptx),
 // and the kernel is launched eagerly, then captured with a host function into a graph and
-// replayed.
+// replayed. On custream's CPU driver emulator the kernel runs as a CPU function registered
+// with it (emu_control.h), so the example also runs in CI without a GPU.
 //
-// Exit status: 0 PASS, 77 SKIP (no NVRTC, no driver, or a driver that cannot load modules,
-// such as the CPU emulator of custream's tests — NVRTC still compiles there), 1 FAIL.
-#include <custream/capture_scope.hpp>
-#include <custream/custream.hpp>
-#include <custream/graph.hpp>
-#include <custream/kernel.hpp>
-#include <custream/module.hpp>
+// Exit status: 0 PASS, 77 SKIP (no NVRTC, no driver, or a driver that cannot load modules),
+// 1 FAIL.
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <custream/capture_scope.hpp>
+#include <custream/custream.hpp>
+#include <custream/graph.hpp>
+#include <custream/kernel.hpp>
+#include <custream/module.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "emu_control.h"
 #include "example_support.hpp"
 
 namespace {
+
+// axpy on the CPU, for custream's CPU driver emulator (what your own CI can do with kernels:
+// docs/emulator.md). Runs once per launch, in stream order, with copies of the arguments.
+void cpu_axpy(const custream_emu_kernel_launch* launch) {
+  float a;
+  const float* x;
+  float* y;
+  int n;
+  std::memcpy(&a, launch->params[0], sizeof a);
+  std::memcpy(&x, launch->params[1], sizeof x);
+  std::memcpy(&y, launch->params[2], sizeof y);
+  std::memcpy(&n, launch->params[3], sizeof n);
+  for (int i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+
+// When the loaded driver is the emulator, registers cpu_axpy as axpy and returns true.
+bool register_cpu_axpy() {
+  void* driver = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  auto register_kernel = reinterpret_cast<decltype(&custream_emu_register_kernel)>(
+      dlsym(driver, "custream_emu_register_kernel"));
+  const bool registered =
+      register_kernel != nullptr && register_kernel("axpy", cpu_axpy, nullptr, nullptr, 0) == 0;
+  dlclose(driver);
+  return registered;
+}
 
 // The NVRTC entry points used, declared here (no nvrtc.h needed).
 using nvrtcResult = int;
@@ -46,10 +76,10 @@ extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
 )";
 
 struct Nvrtc {
-  example::Library lib{"CUSTREAM_NVRTC",
-                       {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
-                        "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
-                        "/usr/local/cuda/lib64/libnvrtc.so.12"}};
+  example::Library lib{
+      "CUSTREAM_NVRTC",
+      {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so",
+       "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12"}};
   nvrtcGetErrorString_t error_string = lib.get<nvrtcGetErrorString_t>("nvrtcGetErrorString");
   nvrtcVersion_t version = lib.get<nvrtcVersion_t>("nvrtcVersion");
   nvrtcCreateProgram_t create = lib.get<nvrtcCreateProgram_t>("nvrtcCreateProgram");
@@ -66,8 +96,8 @@ struct Nvrtc {
   nvrtcGetSupportedArchs_t archs = lib.get<nvrtcGetSupportedArchs_t>("nvrtcGetSupportedArchs");
 
   bool complete() const {
-    return error_string && version && create && destroy && compile && log_size && log &&
-           ptx_size && ptx && cubin_size && cubin;
+    return error_string && version && create && destroy && compile && log_size && log && ptx_size &&
+           ptx && cubin_size && cubin;
   }
 
   /// The oldest virtual architecture NVRTC supports (e.g. 75): its PTX is JIT-compiled by
@@ -121,8 +151,8 @@ int run() {
 
   // Compile before custream loads the driver: NVRTC 13 opens libcuda.so.1 itself, and once
   // custream has loaded its CPU emulator (CUSTREAM_LIBCUDA; soname libcuda.so.1) it would get
-  // the emulator, which lacks cuGetExportTable, and crash. PTX for the oldest virtual architecture runs on every newer device: the
-  // driver's JIT compiles it for the device at load time.
+  // the emulator, which lacks cuGetExportTable, and crash. PTX for the oldest virtual architecture
+  // runs on every newer device: the driver's JIT compiles it for the device at load time.
   const int arch = nvrtc.baseline_arch();
   const std::string ptx = nvrtc.build("--gpu-architecture=compute_" + std::to_string(arch), false);
   std::printf("compiled axpy for compute_%d: %zu bytes of PTX\n", arch, ptx.size());
@@ -145,7 +175,8 @@ int run() {
   } catch (const custream::Error& e) {
     if (e.result() == CUDA_ERROR_NOT_SUPPORTED) {
       return example::skip(std::string("NVRTC compiled the kernel, but this driver cannot load "
-                                       "modules (the CPU emulator?): ") + e.what());
+                                       "modules (the CPU emulator?): ") +
+                           e.what());
     }
     if (e.result() != CUDA_ERROR_UNSUPPORTED_PTX_VERSION) throw;
     // NVRTC newer than the driver: its PTX is too new for the driver's JIT. A cubin for the
@@ -157,6 +188,9 @@ int run() {
     module = custream::Module::from_image(cubin.data(), device.ordinal());
   }
   const custream::Kernel axpy = module.kernel("axpy");
+  if (register_cpu_axpy()) {
+    std::printf("on the CPU driver emulator: axpy runs as a CPU function registered with it\n");
+  }
 
   custream::Stream stream(device, custream::StreamFlags::non_blocking);
   const std::size_t bytes = n * sizeof(float);
@@ -197,8 +231,6 @@ int run() {
 
 }  // namespace
 
-int main() try {
-  return run();
-} catch (const std::exception& e) {
+int main() try { return run(); } catch (const std::exception& e) {
   return example::fail(e.what());
 }

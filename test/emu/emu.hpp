@@ -52,6 +52,7 @@ struct Graph;
 struct Node;
 struct Capture;
 struct UserObject;
+struct KernelLaunch;
 
 /// Completion of one Op (or one graph node of a launch).
 struct Signal {
@@ -98,9 +99,13 @@ struct Work {
   bool free_memory = false;
   // event record / wait
   std::shared_ptr<EventState> event;
+  // kernel: the launch (arguments copied at launch; the CPU implementation registered then)
+  std::shared_ptr<const KernelLaunch> kernel;
 };
 
-/// Executes the data part of a Work (memset, memcpy, free) on the calling thread.
+/// Runs a kernel launch: its registered CPU implementation, or nothing (module.cpp).
+void run_kernel(const KernelLaunch& k);
+/// Executes the data part of a Work (memset, memcpy, kernel, free) on the calling thread.
 void execute_data_work(const Work& w);
 /// Runs a host Work on the shared callback thread and returns when it has run.
 /// Must be called without State::mu held.
@@ -284,6 +289,10 @@ void register_memory_entries(std::vector<Entry>& out);
 void register_capture_entries(std::vector<Entry>& out);
 void register_graph_entries(std::vector<Entry>& out);
 void register_user_object_entries(std::vector<Entry>& out);
+void register_module_entries(std::vector<Entry>& out);
+/// The implementation of entry point `name` at ABI `version` (the greatest registered version
+/// <= version), or nullptr: what cuGetProcAddress serves, for the exported symbols.
+void* entry_point(const char* name, int version);
 
 }  // namespace emu
 

@@ -7,6 +7,7 @@
 #define CUSTREAM_EMU_CONTROL_H
 
 #include <cuda.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,42 @@ int custream_emu_wait_idle(int timeout_ms);
  * none runs, 0 on timeout. After custream_emu_wait_idle, this makes "every host-function
  * payload a graph owned is freed" checkable without polling. */
 int custream_emu_wait_destructors(int timeout_ms);
+
+/* ---- Kernels ----
+ * Modules load from PTX text (kernel names and parameter sizes are read from its .entry
+ * directives) or from a cubin / fatbin image (any kernel name resolves; parameter sizes come
+ * from the registration). A launch executes in stream order, also from a graph, and runs the
+ * CPU implementation registered for the kernel's name at the time of the launch; without one
+ * it does nothing (a no-op kernel). Device pointers are host addresses here, so an
+ * implementation reads and writes device memory directly. */
+
+/* One execution of a launched kernel, as an implementation sees it. */
+typedef struct custream_emu_kernel_launch {
+  const char* name;        /* the kernel's name */
+  unsigned grid[3];        /* gridDimX, Y, Z */
+  unsigned block[3];       /* blockDimX, Y, Z */
+  unsigned shared_bytes;   /* sharedMemBytes */
+  void** params;           /* params[i] points at a copy of argument i, taken at launch */
+  unsigned param_count;
+  void* user;              /* as registered */
+} custream_emu_kernel_launch;
+
+/* Runs once per launch (not per thread: it loops over grid x block itself if it needs to), on
+ * the stream's worker thread, in stream order. Must not call the driver. */
+typedef void (*custream_emu_kernel_fn)(const custream_emu_kernel_launch* launch);
+
+/* Registers `fn` as the CPU implementation of every kernel named `name` (in any module loaded
+ * before or after). param_sizes[0..param_count) gives the size in bytes of each parameter
+ * (param_count 0: none); with param_sizes NULL and param_count 0 they come from the module's
+ * PTX (a launch of a kernel from a cubin or fatbin then answers CUDA_ERROR_NOT_SUPPORTED,
+ * since its arguments cannot be copied). fn NULL unregisters (launches are no-ops again).
+ * Launches already made keep what they saw. Returns 0, or -1 when name is NULL or
+ * param_count is nonzero without param_sizes. */
+int custream_emu_register_kernel(const char* name, custream_emu_kernel_fn fn, void* user,
+                                 const size_t* param_sizes, unsigned param_count);
+
+/* Launches of kernels named `name` executed so far (process lifetime; no-ops included). */
+long custream_emu_kernel_runs(const char* name);
 
 #ifdef __cplusplus
 }

@@ -177,6 +177,8 @@ const char* type_name(CUgraphNodeType t) {
       return "MEMCPY";
     case CU_GRAPH_NODE_TYPE_EMPTY:
       return "EMPTY";
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return "KERNEL";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
       return "EVENT_RECORD";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
@@ -279,7 +281,7 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
     for (const auto& n : g->nodes) {
       const auto t = n->work.type;
       if (t != CU_GRAPH_NODE_TYPE_MEMSET && t != CU_GRAPH_NODE_TYPE_MEMCPY &&
-          t != CU_GRAPH_NODE_TYPE_EMPTY) {
+          t != CU_GRAPH_NODE_TYPE_EMPTY && t != CU_GRAPH_NODE_TYPE_KERNEL) {
         if (result) *result = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
         return CUDA_ERROR_INVALID_VALUE;
       }

@@ -1,4 +1,4 @@
-// cuGetProcAddress, cuInit, version and error strings, and the kernel-less module stubs.
+// cuGetProcAddress (the table of every entry point), cuInit, version and error strings.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -44,32 +44,6 @@ CUresult get_error_string(CUresult e, const char** out) {
   return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-// Kernels cannot run on the CPU: modules cannot be loaded, and there is no function to launch.
-CUresult module_load_data(CUmodule* m, const void*) {
-  EMU_ENTER("cuModuleLoadData");
-  if (m) *m = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-CUresult module_load_data_ex(CUmodule* m, const void*, unsigned int, CUjit_option*, void**) {
-  EMU_ENTER("cuModuleLoadDataEx");
-  if (m) *m = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-CUresult module_unload(CUmodule) {
-  EMU_ENTER("cuModuleUnload");
-  return CUDA_ERROR_INVALID_HANDLE;
-}
-CUresult module_get_function(CUfunction* f, CUmodule, const char*) {
-  EMU_ENTER("cuModuleGetFunction");
-  if (f) *f = nullptr;
-  return CUDA_ERROR_INVALID_HANDLE;
-}
-CUresult launch_kernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       unsigned, CUstream, void**, void**) {
-  EMU_ENTER("cuLaunchKernel");
-  return CUDA_ERROR_INVALID_HANDLE;
-}
-
 CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status);
 CUresult get_proc_address_v1(const char* symbol, void** pfn, int version, cuuint64_t flags) {
@@ -87,11 +61,6 @@ const Table& table() {
         EMU_ENTRY(cuGetErrorString, 6000, get_error_string),
         EMU_ENTRY(cuGetProcAddress, 11030, get_proc_address_v1),
         EMU_ENTRY(cuGetProcAddress, 12000, get_proc_address_v2),
-        EMU_ENTRY(cuModuleLoadData, 2000, module_load_data),
-        EMU_ENTRY(cuModuleLoadDataEx, 2010, module_load_data_ex),
-        EMU_ENTRY(cuModuleUnload, 2000, module_unload),
-        EMU_ENTRY(cuModuleGetFunction, 2000, module_get_function),
-        EMU_ENTRY(cuLaunchKernel, 4000, launch_kernel),
     };
     register_context_entries(all);
     register_stream_entries(all);
@@ -100,11 +69,22 @@ const Table& table() {
     register_capture_entries(all);
     register_graph_entries(all);
     register_user_object_entries(all);
+    register_module_entries(all);
     auto* out = new Table;  // leaked: process lifetime (invariant 5)
     for (const Entry& e : all) (*out)[e.name].push_back(e);
     return out;
   }();
   return *t;
+}
+
+const Entry* find_entry(const Table& t, const char* symbol, int version, bool* known) {
+  auto it = t.find(symbol);
+  *known = it != t.end();
+  if (!*known) return nullptr;
+  const Entry* best = nullptr;
+  for (const Entry& e : it->second)
+    if (e.version <= version && (!best || e.version > best->version)) best = &e;
+  return best;
 }
 
 CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
@@ -117,15 +97,12 @@ CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint
   // answers CUDA_SUCCESS with *pfn NULL and the reason in *status (seen on the H200).
   if (version > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
-  const Table& t = table();
-  auto it = t.find(symbol);
-  if (it == t.end()) {
+  bool symbol_known = false;
+  const Entry* best = find_entry(table(), symbol, version, &symbol_known);
+  if (!symbol_known) {
     if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_SUCCESS;
   }
-  const Entry* best = nullptr;
-  for (const Entry& e : it->second)
-    if (e.version <= version && (!best || e.version > best->version)) best = &e;
   if (!best) {
     if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
     return CUDA_SUCCESS;
@@ -136,6 +113,13 @@ CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint
 }
 
 }  // namespace
+
+void* entry_point(const char* name, int version) {
+  bool known = false;
+  const Entry* e = find_entry(table(), name, version, &known);
+  return e ? e->fn : nullptr;
+}
+
 }  // namespace emu
 
 EMU_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,

@@ -328,6 +328,9 @@ void execute_data_work(const Work& w) {
       if (w.bytes)
         std::memmove(reinterpret_cast<void*>(w.dst), reinterpret_cast<const void*>(w.src), w.bytes);
       break;
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      if (w.kernel) run_kernel(*w.kernel);
+      break;
     default:
       break;
   }
