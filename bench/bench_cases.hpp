@@ -15,8 +15,8 @@ void add_stream_cases(std::vector<Case>& cases);
 
 /// Host functions, graph launch, kernel launch, and capture + instantiate + first launch of a
 /// 1,000-kernel graph (docs/performance.md). Device 0. Declares the cases only; the kernel
-/// cases are skipped when prepared, with the reason, where the driver cannot load modules (the
-/// CPU emulator).
+/// cases are skipped when prepared, with the reason, where the driver cannot load modules (on
+/// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
 
 /// Every case of the suite, in the order it runs them, declared without a driver.

@@ -4,8 +4,8 @@
 //
 // Options are parsed getopt_long-style: `--csv FILE` and `--csv=FILE` alike. Exit status:
 // 0 success; 1 failure (no usable driver, a failed check, a missed target); 2 bad arguments.
-// --emulate runs on the CPU driver emulator of the build tree; --auto runs on the GPU where a
-// driver and a device are present and on the emulator otherwise, saying which.
+// --emulate runs on the CPU driver emulator (the build tree's or the installed one); --auto runs on
+// the GPU where a driver and a device are present and on the emulator otherwise, saying which.
 #include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -35,7 +35,7 @@ constexpr const char* kUsage =
     "  bench     the benchmarks: raw driver and custream interleaved in one process\n"
     "\n"
     "options of every command:\n"
-    "  --emulate  run on the CPU driver emulator of the build tree\n"
+    "  --emulate  run on the CPU driver emulator (the build tree's, else the installed one)\n"
     "             (<build>/test/emu/libcuda.so.1, next to <build>/tools/custream)\n"
     "  --auto     run on the GPU when a driver and a device are present, otherwise on the\n"
     "             emulator; says which\n"
@@ -53,7 +53,7 @@ constexpr const char* kInfoHelp =
     "each device its ordinal, name, compute capability, memory and whether its primary context\n"
     "is active. Without a usable driver it says so in one line and exits 1.\n"
     "\n"
-    "  --emulate  run on the CPU driver emulator of the build tree\n"
+    "  --emulate  run on the CPU driver emulator (the build tree's, else the installed one)\n"
     "  --auto     the GPU when there is one, else the emulator\n";
 
 constexpr const char* kSelftestHelp =
@@ -63,10 +63,11 @@ constexpr const char* kSelftestHelp =
     "events and elapsed time, host functions and callbacks in order, a PTX module and kernel\n"
     "launch, capture of a kernel and a host function, instantiate, upload, replay, update and\n"
     "fork/join capture. One row per check (pass / FAIL / skipped, time). Kernel checks are\n"
-    "skipped, saying so, where the driver cannot load modules (the emulator). Exits 1 when a\n"
-    "check fails or there is no usable driver.\n"
+    "skipped, saying so, where the driver cannot load modules; on the emulator the kernel runs\n"
+    "as a CPU function registered with it. Exits 1 when a check fails or there is no usable\n"
+    "driver.\n"
     "\n"
-    "  --emulate  run on the CPU driver emulator of the build tree\n"
+    "  --emulate  run on the CPU driver emulator (the build tree's, else the installed one)\n"
     "  --auto     the GPU when there is one, else the emulator\n";
 
 constexpr const char* kBenchHelp =
@@ -90,14 +91,15 @@ constexpr const char* kBenchHelp =
     "                 (the default table fits 100 columns)\n"
     "  --list         list the cases a run with these options would run (pairs, target), run\n"
     "                 nothing; needs no driver\n"
-    "  --emulate      run on the CPU driver emulator of the build tree: each case is capped\n"
+    "  --emulate      run on the CPU driver emulator (the build tree's, else the installed\n"
+    "                 one): each case is capped\n"
     "                 at about 2 s of measurement (fewer pairs) unless --pairs is given\n"
     "  --auto         the GPU when there is one, else the emulator\n"
     "\n"
     "Exit status: 0 every target met; with --quick, 0 when every case ran, whatever the\n"
     "numbers. 1 when a target is missed (not with --quick), a case could not run (a driver\n"
     "failure), there is no usable driver or FILE cannot be written. 2 bad arguments. Cases the\n"
-    "driver cannot run (kernels on the emulator) are skipped, saying so, not failed.\n"
+    "driver cannot run are skipped, saying so, not failed.\n"
     "\n"
     "Numbers mean something only on a real GPU, compared within one run.\n";
 
@@ -229,14 +231,26 @@ std::string self_path() {
   return buf;
 }
 
-/// The emulator next to this executable in a build tree, or "" (and where it looked).
+/// The CPU driver emulator: the build tree's (next to this executable in <build>/tools), else
+/// the installed one (<libdir>/custream/libcuda.so.1, found relative to this executable's
+/// <bindir> so that a moved prefix works, then at the configured prefix). "" when there is
+/// none; `looked` says where it looked.
 std::string find_emulator(std::string* looked) {
   const std::string exe = self_path();
   const std::string dir = exe.substr(0, exe.rfind('/'));
-  const std::string candidate = dir + "/../test/emu/libcuda.so.1";
-  char real[PATH_MAX];
-  if (realpath(candidate.c_str(), real) != nullptr && access(real, R_OK) == 0) return real;
-  *looked = candidate;
+  std::vector<std::string> candidates = {dir + "/../test/emu/libcuda.so.1"};
+#ifdef CUSTREAM_TOOL_EMULATOR_FROM_BINDIR
+  candidates.push_back(dir + "/" CUSTREAM_TOOL_EMULATOR_FROM_BINDIR);
+#endif
+#ifdef CUSTREAM_TOOL_EMULATOR
+  candidates.push_back(CUSTREAM_TOOL_EMULATOR);
+#endif
+  looked->clear();
+  for (const std::string& candidate : candidates) {
+    char real[PATH_MAX];
+    if (realpath(candidate.c_str(), real) != nullptr && access(real, R_OK) == 0) return real;
+    *looked += (looked->empty() ? "" : ", ") + candidate;
+  }
   return {};
 }
 
@@ -245,9 +259,9 @@ bool use_emulator(const char* command) {
   const std::string emu = find_emulator(&looked);
   if (emu.empty()) {
     std::fprintf(stderr,
-                 "custream %s: --emulate needs the CPU driver emulator of a build tree and found "
-                 "none at %s (an installed custream has none; build with tests enabled and run "
-                 "<build>/tools/custream)\n",
+                 "custream %s: --emulate needs the CPU driver emulator and found none at %s "
+                 "(install custream with -Demulator=enabled, or run <build>/tools/custream of a "
+                 "build with tests)\n",
                  command, looked.c_str());
     return false;
   }

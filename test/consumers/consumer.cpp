@@ -18,7 +18,7 @@ int main(int argc, char** argv) try {
   if (argc > 1) how = argv[1];
   std::printf("driver %d from %s\n", custream::driver_info().version,
               custream::driver_info().library.c_str());
-  custream::Stream owner(custream::Device(0), /*non_blocking=*/true);
+  custream::Stream owner(custream::Device(0), custream::StreamFlags::non_blocking);
   custream::ExternalStream stream(owner.handle());  // device inferred
   custream::DeviceBuffer buffer(1024 * sizeof(std::uint32_t), custream::Device(0));
   std::atomic<int> calls{0};

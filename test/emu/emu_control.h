@@ -1,8 +1,11 @@
-/* Test-only controls of the CPU driver emulator (test/emu/libcuda.so.1).
+/* Controls of custream's CPU driver emulator (<build>/test/emu/libcuda.so.1, installed as
+ * <libdir>/custream/libcuda.so.1 with this header as <custream/emu_control.h>; guide:
+ * docs/emulator.md).
  *
- * Tests look these up with dlsym() on the loaded driver; when dlsym(…,
- * "custream_emu_reset") fails, the loaded library is a real driver and emulator-only tests
- * skip. Only cuda.h types are used. */
+ * A test linked to the emulator (pkg-config custream-emulator, CMake custream::emulator)
+ * calls these directly; one that loads it at run time looks them up with dlsym() on the
+ * loaded driver. When dlsym(…, "custream_emu_reset") fails, the loaded library is a real
+ * driver and emulator-only tests skip. Only cuda.h types are used. */
 #ifndef CUSTREAM_EMU_CONTROL_H
 #define CUSTREAM_EMU_CONTROL_H
 
