@@ -1371,41 +1371,6 @@ void capture_with_payload(CUstream s, std::atomic<int>* destroyed, Log* log) {
 }
 }  // namespace
 
-// What custream's Graph::update relies on: cuGraphExecUpdate gives the executable the newer
-// graph's nodes but not its user objects, so the newer graph must outlive every launch that can
-// run its host nodes; the executable keeps the user objects of the graph it was instantiated
-// from until it is destroyed (and its launches are done).
-TEST_CASE("executable update: the executable keeps its own user objects, not the newer graph's",
-          "[conformance]") {
-  REQUIRE_DRIVER_LOADED();
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  std::atomic<int> destroyed_first{0}, destroyed_newer{0};
-  Log log;
-  std::function<void()> f1 = [&] { log.add(1); }, f2 = [&] { log.add(2); };
-  capture_with_payload(s.s, &destroyed_first, &log);
-  CU_OK(launch(s.s, &f1));
-  CUgraph first = nullptr;
-  CU_OK(api().cuStreamEndCapture(s.s, &first));
-  capture_with_payload(s.s, &destroyed_newer, &log);
-  CU_OK(launch(s.s, &f2));
-  CUgraph newer = nullptr;
-  CU_OK(api().cuStreamEndCapture(s.s, &newer));
-  CUgraphExec e = instantiate(first);
-  CUgraphExecUpdateResultInfo info{};
-  CU_OK(api().cuGraphExecUpdate(e, newer, &info));
-  CU_OK(api().cuGraphLaunch(e, s.s));
-  CU_OK(api().cuStreamSynchronize(s.s));
-  CHECK(log.get() == std::vector<int>{2});
-  CU_OK(api().cuGraphDestroy(newer));  // nothing else holds the newer graph's user object
-  CHECK(wait_until([&] { return destroyed_newer.load() == 1; }));
-  CU_OK(api().cuGraphDestroy(first));  // the executable still holds the first one's
-  std::this_thread::sleep_for(100ms);
-  CHECK(destroyed_first.load() == 0);
-  CU_OK(api().cuGraphExecDestroy(e));
-  CHECK(wait_until([&] { return destroyed_first.load() == 1; }));
-}
-
 TEST_CASE("end of a global capture from another thread: wrong thread, and the capture is over",
           "[conformance]") {
   REQUIRE_DRIVER_LOADED();

@@ -18,9 +18,7 @@
 //     frontier instead of Ops; nothing is executed.
 //  7. An executable graph copies the graph's Works and holds its own user-object references
 //     (a RefSet); a launch holds shared ownership of both, so destroying the graph or the
-//     executable while a launch is in flight is safe and the last owner releases. An exec
-//     update replaces the Works and keeps the RefSet (the driver's rule: the executable keeps
-//     the user objects of the graph it was instantiated from, not the newer graph's).
+//     executable while a launch is in flight is safe and the last owner releases.
 #pragma once
 
 #include <cuda.h>

@@ -244,19 +244,13 @@ CUresult graph_debug_dot_print(CUgraph h, const char* path, unsigned int flags) 
   return CUDA_SUCCESS;
 }
 
-/// The executable form of g: its works and dependencies, and `refs` (an update keeps the
-/// executable's own) or, when null, a copy of g's user-object references (instantiation).
-std::shared_ptr<ExecCore> make_core(const Graph& g, std::shared_ptr<RefSet> refs = nullptr) {
+std::shared_ptr<ExecCore> make_core(const Graph& g) {
   auto core = std::make_shared<ExecCore>();
   for (const auto& n : g.nodes) {
     core->works.push_back(n->work);
     std::vector<size_t> d;
     for (const Node* dep : n->deps) d.push_back(dep->index);
     core->deps.push_back(std::move(d));
-  }
-  if (refs) {
-    core->refs = std::move(refs);
-    return core;
   }
   core->refs = std::make_shared<RefSet>();
   for (const auto& [obj, count] : g.refs->refs) {
@@ -452,11 +446,10 @@ CUresult exec_update(CUgraphExec h, CUgraph hg, CUgraphExecUpdateResultInfo* inf
         return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
       }
     }
-    // The executable takes the new graph's nodes and keeps its own user-object references
-    // (those of the graph it was instantiated from), as on the H200; launches in flight keep
-    // the old nodes (invariant 7).
+    // The executable takes the new parameters and a copy of the new graph's user-object
+    // references; launches in flight keep the old ones (invariant 7).
     old = std::move(e->core);
-    e->core = make_core(*g, old->refs);
+    e->core = make_core(*g);
   }
   old.reset();
   info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
