@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 
+#include "capture.hpp"
 #include "context.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/context_scope.hpp"
@@ -71,7 +72,7 @@ void begin_capture(StreamRef s, CaptureMode mode) {
   }
 }
 
-Graph end_capture(StreamRef s, InstantiateFlags flags) {
+CUgraph detail::end_capture_graph(StreamRef s) {
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   CUresult r = CUDA_SUCCESS;
@@ -85,8 +86,11 @@ Graph end_capture(StreamRef s, InstantiateFlags flags) {
     if (graph != nullptr) detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
     detail::throw_stream_error(r, "cuStreamEndCapture", s, end_capture_advice(r));
   }
-  scope.reset();
-  return Graph::adopt(graph, flags, s);
+  return graph;
+}
+
+Graph end_capture(StreamRef s, InstantiateFlags flags) {
+  return Graph::adopt(detail::end_capture_graph(s), flags, s);
 }
 
 CaptureInfo capture_info(StreamRef s) noexcept {

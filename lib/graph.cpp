@@ -5,15 +5,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdio>
 #include <fstream>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <sstream>
-#include <vector>
 
+#include "capture.hpp"
 #include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"
@@ -27,30 +23,16 @@
 namespace custream {
 namespace detail {
 
-// A CUgraph, shared by the Graph made from it and by every executable updated from it
-// (invariant 4). It refers to nothing else, so sharing it can make no cycle.
-struct GraphSource {
-  CUgraph graph = nullptr;
-  bool owned = false;  // adopted or from end_capture: destroyed with the last reference
-  GraphSource(CUgraph g, bool o) noexcept : graph(g), owned(o) {}
-  GraphSource(const GraphSource&) = delete;
-  GraphSource& operator=(const GraphSource&) = delete;
-  ~GraphSource() {
-    if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);  // invariant 5
-  }
-};
-
 struct GraphOwner : Counted {
-  // The executable first, then the graphs: its own and those of updates, once nothing else
-  // has them (invariants 1, 5).
+  // The executable first, then the graph when owned (invariants 1, 5).
   ~GraphOwner() {
     if (exec != nullptr)
       release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
+    if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
   }
   CUgraphExec exec = nullptr;
-  std::shared_ptr<GraphSource> source;  // the graph this executable was instantiated from
-  std::mutex mutex;                     // guards kept
-  std::vector<std::shared_ptr<GraphSource>> kept;  // graphs of later updates (invariant 4)
+  CUgraph graph = nullptr;  // the graph this executable was instantiated from
+  bool owned = false;       // adopted or from end_capture: destroyed with the last reference
 };
 template struct Refs<GraphOwner>;
 
@@ -178,6 +160,25 @@ void on_stream(CUgraphExec exec, StreamRef s, CUresult first, CUgraph graph) {
   }
 }
 
+[[noreturn, gnu::cold]] void throw_update_error(CUresult r, const CUgraphExecUpdateResultInfo& info,
+                                                CUgraph graph, CUgraphExec exec, CUgraph newer) {
+  std::string why =
+      std::string("reason ") + update_result_name(info.result) + ", " + node_text(info.errorNode);
+  if (info.errorFromNode != nullptr) why += ", edge from " + node_text(info.errorFromNode);
+  throw GraphUpdateError(r, info,
+                         graph_text(graph, exec) + " from graph " + detail::pointer_text(newer),
+                         why + "; the executable is unchanged");
+}
+
+// One driver call. Nothing of `newer` is kept: the executable now holds its own references to
+// newer's user objects, and the driver frees the replaced ones once earlier launches are done
+// (invariant 4).
+inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
+  CUgraphExecUpdateResultInfo info{};
+  const CUresult r = detail::api().cuGraphExecUpdate(exec, newer, &info);
+  if (r != CUDA_SUCCESS) throw_update_error(r, info, graph, exec, newer);
+}
+
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream) {
@@ -186,14 +187,13 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   }
   Graph g;
   try {
-    auto source = std::make_shared<detail::GraphSource>(graph, owned);
     g.owner_ = detail::Shared<detail::GraphOwner>(new detail::GraphOwner);
-    g.owner_.get()->source = std::move(source);  // from here on g destroys the graph, also on
-                                                 // failure
   } catch (...) {
     if (owned) detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);  // 2
     throw;
   }
+  g.owner_.get()->graph = graph;  // from here on g destroys the graph, also on failure
+  g.owner_.get()->owned = owned;
   g.graph_ = graph;
   g.flags_ = flags;
   detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
@@ -261,6 +261,12 @@ void Graph::launch(StreamRef stream) const {
 }
 
 void Graph::launch_failed(CUresult r, StreamRef stream) const {
+  if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {  // invariant 4
+    detail::throw_stream_error(r, "cuGraphLaunch", stream,
+                               graph_text(graph_, exec_) +
+                                   "; the driver does not capture graph launches: launch it "
+                                   "after end_capture, or capture its work itself");
+  }
   on_stream<&DriverApi::cuGraphLaunch>(exec_, stream, r, graph_);
 }
 
@@ -274,22 +280,17 @@ void Graph::upload(StreamRef stream) const {
 
 void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
-  CUgraphExecUpdateResultInfo info{};
-  const CUresult r = detail::try_call<&DriverApi::cuGraphExecUpdate>(
-      static_cast<CUgraphExec>(exec_), static_cast<CUgraph>(newer.graph_), &info);
-  if (r != CUDA_SUCCESS) {
-    std::string why =
-        std::string("reason ") + update_result_name(info.result) + ", " + node_text(info.errorNode);
-    if (info.errorFromNode != nullptr) why += ", edge from " + node_text(info.errorFromNode);
-    throw GraphUpdateError(
-        r, info, graph_text(graph_, exec_) + " from graph " + detail::pointer_text(newer.graph_),
-        why + "; the executable is unchanged");
-  }
-  detail::GraphOwner& owner = *owner_.get();
-  if (newer.owner_.get()->source != owner.source) {  // invariant 4
-    std::lock_guard<std::mutex> lock(owner.mutex);
-    owner.kept.push_back(newer.owner_.get()->source);
-  }
+  update_exec(graph_, exec_, newer.graph_);
+}
+
+void Graph::update_from_capture(StreamRef stream) {
+  if (exec_ == nullptr) refuse_empty("cuGraphExecUpdate");
+  struct Captured {  // destroyed after the update, also on failure (invariant 4)
+    CUgraph graph;
+    ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
+  } captured{detail::end_capture_graph(stream)};
+  detail::own_run_once_nodes(captured.graph, true);  // invariant 6
+  update_exec(graph_, exec_, captured.graph);
 }
 
 std::string Graph::dot(bool verbose) const {

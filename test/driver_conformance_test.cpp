@@ -1406,6 +1406,101 @@ TEST_CASE("destroying a stream while it captures discards the capture and its us
   CHECK(destroyed.load() == 1);
 }
 
+namespace {
+// A one-host-node graph running `f`, whose user object owns a counting payload.
+CUgraph host_graph_with_payload(std::function<void()>* f, std::atomic<int>* destroyed, Log* log) {
+  CUgraph g = nullptr;
+  CU_OK(api().cuGraphCreate(&g, 0));
+  CUDA_HOST_NODE_PARAMS p{call_function, f};
+  CUgraphNode node = nullptr;
+  CU_OK(api().cuGraphAddHostNode(&node, g, nullptr, 0, &p));
+  CUuserObject obj = nullptr;
+  CU_OK(api().cuUserObjectCreate(&obj, new Payload{destroyed, log}, destroy_payload, 1,
+                                 CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CU_OK(api().cuGraphRetainUserObject(g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  return g;
+}
+}  // namespace
+
+TEST_CASE(
+    "executable update: the executable takes the newer graph's user objects and drops its "
+    "old ones once launches before the update are done",
+    "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  std::atomic<int> gone1{0}, gone2{0}, gone3{0};
+  Log log;
+  std::atomic<bool> open{false};
+  std::function<void()> gate = [&] {
+    while (!open.load()) std::this_thread::sleep_for(1ms);
+  };
+  std::function<void()> f1 = [&] { log.add(1); }, f2 = [&] { log.add(2); },
+                        f3 = [&] { log.add(3); };
+  CUgraph g1 = host_graph_with_payload(&f1, &gone1, &log);
+  CUgraph g2 = host_graph_with_payload(&f2, &gone2, &log);
+  CUgraphExec e = instantiate(g1);
+  CUgraphExecUpdateResultInfo info{};
+  CU_OK(api().cuGraphExecUpdate(e, g2, &info));
+  CU_OK(api().cuGraphDestroy(g2));  // the executable holds its own references to g2's objects
+  CU_OK(api().cuGraphDestroy(g1));  // and none of g1's any more
+  CHECK(wait_until([&] { return gone1.load() == 1; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(gone2.load() == 0);
+
+  CU_OK(launch(s.s, &gate));
+  CU_OK(api().cuGraphLaunch(e, s.s));  // pending behind the gate: will run f2
+  CUgraph g3 = host_graph_with_payload(&f3, &gone3, &log);
+  info = {};
+  CU_OK(api().cuGraphExecUpdate(e, g3, &info));
+  CU_OK(api().cuGraphDestroy(g3));
+  std::this_thread::sleep_for(100ms);
+  CHECK(gone2.load() == 0);  // the pending launch still holds g2's objects
+  open = true;
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(wait_until([&] { return gone2.load() == 1; }));
+  CHECK(gone3.load() == 0);
+  CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuGraphExecDestroy(e));
+  CHECK(wait_until([&] { return gone3.load() == 1; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(gone1.load() == 1);
+  CHECK(gone2.load() == 1);
+  CHECK(gone3.load() == 1);
+  CHECK(log.get() == std::vector<int>{-1, 2, -1, 3, -1});
+}
+
+TEST_CASE("a graph launch on a capturing stream is refused and invalidates the capture",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  std::atomic<int> gone{0};
+  Log log;
+  std::function<void()> f = [&] { log.add(1); };
+  CUgraph g = host_graph_with_payload(&f, &gone, &log);
+  CUgraphExec e = instantiate(g);
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  // Measured on the H200 (driver 580): no child-graph node, the capture is invalidated.
+  CU_CHECK_EQ(api().cuGraphLaunch(e, s.s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUstreamCaptureStatus st{};
+  CU_OK(api().cuStreamIsCapturing(s.s, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph outer = nullptr;
+  CU_CHECK_EQ(api().cuStreamEndCapture(s.s, &outer), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(outer == nullptr);
+  // The executable is untouched: it still launches, and holds its payload.
+  CU_OK(api().cuGraphLaunch(e, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuGraphDestroy(g));
+  std::this_thread::sleep_for(50ms);
+  CHECK(gone.load() == 0);
+  CU_OK(api().cuGraphExecDestroy(e));
+  CHECK(wait_until([&] { return gone.load() == 1; }));
+  CHECK(log.get() == std::vector<int>{1, -1});
+}
+
 TEST_CASE("an event cannot be recorded on another device's stream; it can be waited on",
           "[conformance]") {
   REQUIRE_DRIVER_LOADED();

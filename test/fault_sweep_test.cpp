@@ -716,6 +716,18 @@ std::vector<Operation> operations() {
     g.launch(s);
     s.synchronize();
   });
+  add("graphs: update from a capture (update_from_capture)", [] {
+    Stream s(custream::StreamFlags::non_blocking);
+    custream::DeviceBuffer b(64);
+    custream::Graph g = capture_some_work(s, b);
+    s.begin_capture();
+    s.memset32(b.get(), 2, 16);
+    s.launch_host_func([c = Counted{}] {});
+    s.add_callback([c = Counted{}](const Stream&, CUresult) {});
+    g.update_from_capture(s);
+    g.launch(s);
+    s.synchronize();
+  });
   add("graphs: adopt and wrap a foreign capture, launch on the current stream", [] {
     Stream s(
         custream::StreamFlags::none);  // blocking: ordered with the null stream, the current one

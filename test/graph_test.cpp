@@ -1,4 +1,4 @@
-// Graphs (SPEC §4, §7 graph rows): capture and replay equal to eager execution, launch and
+// Graphs: capture and replay equal to eager execution, launch and
 // upload (also on the current stream), destruction during a launch, update, instantiate
 // failures, DOT text and Graph::adopt. Capture itself is in capture_test.cpp, fault injection
 // on the capture path in graph_fault_test.cpp. Uses memset/memcpy/host nodes, so it runs on the
@@ -139,7 +139,7 @@ TEST_CASE("update gives the executable a newer capture's parameters and keeps it
     {
       Graph g2 = capture(2, p2);
       g1.update(g2);
-    }  // the newer Graph handle is gone; g1 keeps it alive
+    }  // the newer Graph is gone; the executable holds its own reference to the payload
     g1.launch(s);
     s.synchronize();
     CHECK(read(s, a) == std::vector<std::uint32_t>(kN, 2));

@@ -84,13 +84,25 @@ class Graph {
   void upload(StreamRef stream) const;
 
   /// Gives the executable the parameters of `newer`, a graph of the same topology (e.g. a
-  /// later capture of the same work), with cuGraphExecUpdate. On success this Graph also
-  /// keeps `newer` alive (its graph and host-function payloads, which the updated
-  /// executable may run) for as long as this executable exists: updating many times keeps
-  /// all of them; re-instantiate to drop them.
+  /// later capture of the same work), with cuGraphExecUpdate. The executable then holds its
+  /// own references to `newer`'s host-function payloads, so `newer` may be dropped at once;
+  /// the payloads it replaces are destroyed once the launches enqueued before the update
+  /// (also raw cuGraphLaunch calls on exec()) have finished. A per-step update loop therefore
+  /// holds one step's payloads, not its history. Not thread-safe for one Graph: serialize
+  /// update(), launch() and upload() of the same Graph (different Graphs may be updated
+  /// concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
   /// unchanged); Error on another failure.
   void update(const Graph& newer);
+  /// Ends the capture `stream` began (as custream::end_capture) and updates this executable
+  /// from the captured graph, without instantiating it: the loop "capture this step's work,
+  /// update, launch" at the cost of cuStreamEndCapture + cuGraphExecUpdate. The captured
+  /// graph is destroyed afterwards (the executable holds what it needs of it), also when the
+  /// update fails. Same rules as update(const Graph&).
+  /// @throws Error as custream::end_capture (the stream has left capture mode);
+  /// GraphUpdateError naming the reason and node (the executable is unchanged, the captured
+  /// graph and its payloads are freed).
+  void update_from_capture(StreamRef stream);
 
   /// The graph in Graphviz DOT (cuGraphDebugDotPrint, driver >= 11.3); `verbose` adds every
   /// node's parameters. @throws Error on a driver or file failure.

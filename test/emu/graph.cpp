@@ -388,7 +388,8 @@ CUresult graph_launch(CUgraphExec h, CUstream hs) {
   if (CUresult r = resolve_stream(hs, &st)) return r;
   if (st->capture) {
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    return CUDA_ERROR_NOT_SUPPORTED;  // child-graph nodes are not emulated
+    invalidate(st->capture.get());  // as the driver (measured on the H200, driver 580)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
     return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
