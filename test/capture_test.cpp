@@ -1,4 +1,4 @@
-// Stream capture (split from graph_test.cpp; SPEC §3 capture rows): begin/end_capture and their
+// Stream capture (split from graph_test.cpp): begin/end_capture and their
 // errors, is_capturing and capture_info, fork/join through events, CaptureScope, and host
 // functions and callbacks launched while capturing (captured host functions, replayed with the
 // graph). Uses memset/memcpy/host nodes, so it runs on the emulator and on the GPU.

@@ -1,5 +1,5 @@
 // The current stream: current_stream(), Stream::use() and StreamScope, per thread and per
-// device (SPEC §7 "Stream" rows, issue 4). The last cases are safety fixes (each failed before
+// device. The last cases are safety fixes (each failed before
 // its fix): the stream a scope made current stays alive while the user's variable goes. Runs
 // on the emulator and on the GPU ([emu-only]: counts live driver objects).
 #include "custream/current_stream.hpp"

@@ -1,5 +1,4 @@
 // Events: flags, record/synchronize/done, elapsed time and its errors, IPC.
-// SPEC §7 "Event" rows plus issue 4's additions.
 #include "custream/event.hpp"
 
 #include <spawn.h>
@@ -157,7 +156,8 @@ TEST_CASE("ipc child", "[.ipc-child]") {
   s.synchronize();
 }
 
-TEST_CASE("an interprocess event is opened and waited on by another process", "[gpu][event][ipc][real-gpu]") {
+TEST_CASE("an interprocess event is opened and waited on by another process",
+          "[gpu][event][ipc][real-gpu]") {
   REQUIRE_REAL_GPU();  // the emulator lives inside one process
   Event e(Device(0), EventFlags::interprocess);
   Stream s(Device(0), custream::StreamFlags::non_blocking);

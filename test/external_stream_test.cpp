@@ -1,5 +1,4 @@
 // ExternalStream: wrapping foreign streams, device inference, keep-alive owners.
-// SPEC §7 "External" rows plus issue 4's additions.
 #include "custream/external_stream.hpp"
 
 #include <dlfcn.h>

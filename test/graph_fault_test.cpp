@@ -1,5 +1,5 @@
-// Fault injection on the capture path (split from graph_test.cpp; SPEC §5: no leak, no
-// dangling pointer): a driver call of begin_capture, launch_host_func or end_capture fails on
+// Fault injection on the capture path (split from graph_test.cpp; no leak, no dangling
+// pointer): a driver call of begin_capture, launch_host_func or end_capture fails on
 // the emulator (custream_emu_fail_call), and every payload and driver object is freed exactly
 // once. All cases are [emu-only].
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Host functions and callbacks outside capture: order, arguments, lifetimes, exceptions,
-// wrapped streams (SPEC §3, §5, §7 stream rows). Runs on the emulator and the GPU.
+// wrapped streams. Runs on the emulator and the GPU.
 #include "custream/host_function.hpp"
 
 #include <array>

@@ -1,6 +1,5 @@
-// Streams: creation, special handles, identity, ordering. SPEC §7 "Stream" rows plus issue
-// 4's additions; current streams and scopes are in current_stream_test.cpp. Runs on the
-// emulator and on the GPU.
+// Streams: creation, special handles, identity, ordering; current streams and scopes are in
+// current_stream_test.cpp. Runs on the emulator and on the GPU.
 #include "custream/stream.hpp"
 
 #include <cstring>

@@ -66,7 +66,7 @@ inline void launch_host_task(StreamRef s, HostTask* task) {
 /// @throws Error when a driver call fails (naming it and the stream; on an invalidated capture
 /// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). `f` is destroyed then, and nothing stays enqueued.
 template <typename F, typename = detail::enable_if_host_function<F>>
-void launch_host_func(StreamRef stream, F&& f) {
+void launch_host_func(const StreamRef& stream, F&& f) {
   using T = std::decay_t<F>;
   if constexpr (detail::fits_in_pointer<T>) {
     if (!stream.is_special()) {  // also ExternalStream(0), ExternalStream(CU_STREAM_LEGACY)
@@ -112,7 +112,7 @@ namespace detail {
 /// What Stream's host-function members forward to (declared in custream/stream.hpp).
 struct HostFunctions {
   template <typename F>
-  static void launch(StreamRef stream, F&& f) {
+  static void launch(const StreamRef& stream, F&& f) {
     custream::launch_host_func(stream, std::forward<F>(f));
   }
   template <typename F>
