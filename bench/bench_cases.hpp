@@ -2,6 +2,8 @@
 // code behind `custream bench` (tools/main.cpp).
 #pragma once
 
+#include <cuda.h>
+
 #include <string>
 #include <vector>
 
@@ -19,6 +21,13 @@ void add_stream_cases(std::vector<Case>& cases);
 /// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
 
+/// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
+/// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),
+/// after it the gate opens and the stream is synchronized (both untimed). So an enqueueing
+/// operation is measured without the GPU or the host-function thread draining the stream at
+/// the same time (docs/performance.md).
+void time_parked(Case& c, CUstream stream);
+
 /// Every case of the suite, in the order it runs them, declared without a driver.
 std::vector<Case> all_cases();
 
@@ -26,19 +35,22 @@ std::vector<Case> all_cases();
 struct SuiteOptions {
   std::string csv;     ///< write the numbers here (empty: no CSV)
   std::string filter;  ///< run only cases whose name contains this (empty: all)
-  bool quick = false;  ///< smoke run: 3 pairs, 1 warm-up; targets shown but not enforced
+  bool quick = false;  ///< smoke run: 3 rounds, 1 warm-up; targets shown but not enforced
   bool list = false;   ///< print the case names and targets, run nothing
   bool wide = false;   ///< the full table (raw driver calls, targets in words)
-  int pairs = 0;       ///< A B B A pairs for every case (0: each case's own count)
+  /// Exactly this many A B A' rounds for every case (0: each case's minimum, and more until the
+  /// A/A' resolution is reached or `cap_s`).
+  int rounds = 0;
+  double cap_s = 20;  ///< the most seconds of measurement a case adds rounds for
   /// The driver is the CPU emulator: its numbers mean nothing, so each case measures for at
-  /// most about 2 s (fewer pairs) unless `pairs` is given or the run is quick.
+  /// most about 2 s (fewer rounds) unless `rounds` is given or the run is quick.
   bool emulator = false;
 };
 
 /// The cases a run with `options` would run (filter applied), declared without a driver.
 std::vector<Case> selected_cases(const SuiteOptions& options);
 
-/// `custream bench --list`: the selected cases, their pairs and targets. Needs no driver.
+/// `custream bench --list`: the selected cases, their rounds and targets. Needs no driver.
 /// Returns the exit status (1 when no case matches the filter).
 int list_cases(const SuiteOptions& options);
 

@@ -53,7 +53,7 @@ OPERATIONS = [
     "launch_host_func (callable)",
     "graph launch (1-node graph)",
     "kernel launch (empty kernel, 1x1)",
-    "capture + instantiate + first launch (1,000 kernels)",
+    "capture + instantiate + launch (1,000 kernels)",
 ]
 
 
@@ -170,13 +170,13 @@ def bench_cupy(rows, device, repeat):
             g.launch(s)
             s.synchronize()
             graphs.append(g)
-        rows.add("capture + instantiate + first launch (1,000 kernels)",
+        rows.add("capture + instantiate + launch (1,000 kernels)",
                  lambda: measure(capture_1000, graphs.clear, number=2,
                                  repeat=max(21, repeat // 2)),
                  "begin_capture, 1000 launches, end_capture (instantiates), launch, synchronize")
     else:
         rows.na("kernel launch (empty kernel, 1x1)", "no kernel: " + no_kernel)
-        rows.na("capture + instantiate + first launch (1,000 kernels)", "no kernel: " + no_kernel)
+        rows.na("capture + instantiate + launch (1,000 kernels)", "no kernel: " + no_kernel)
 
 
 _PTX_PATH = None
@@ -261,7 +261,7 @@ def bench_torch(rows, device, repeat):
             torch.cuda.synchronize()
             graphs.append(g)
         return measure(once, graphs.clear, number=2, repeat=max(21, repeat // 2))
-    rows.add("capture + instantiate + first launch (1,000 kernels)", capture_1000,
+    rows.add("capture + instantiate + launch (1,000 kernels)", capture_1000,
              "torch.cuda.graph capture of 1000 add_ kernels (not empty kernels; the context "
              "manager also synchronizes and collects garbage), replay, synchronize")
 

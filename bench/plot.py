@@ -3,7 +3,8 @@
 
 Reads the CSV of `custream bench --csv` (raw driver and custream per operation) and the CSV
 of `bench/peers.py --csv` (CuPy and PyTorch), and writes a grouped bar chart, log scale, of
-the four per operation. With --markdown it also writes the Markdown table of the same
+the four per operation (for rows timed on a parked stream, their running-stream figures,
+which is how the peers are measured). With --markdown it also writes the Markdown table of the same
 numbers. Operations with no number for a library (n/a, skipped) get no bar.
 
     python3 bench/plot.py --custream custream.csv --peers peers.csv -o perf.png \
@@ -20,7 +21,8 @@ SERIES = [("raw driver", "#7f7f7f"), ("custream", "#1f77b4"), ("CuPy", "#ff7f0e"
 
 
 def read_custream(path):
-    """[(operation, {"raw driver": ns, "custream": ns}, target, result, note)] in file order."""
+    """[(operation, {"raw driver": ns, "custream": ns}, target, result, note, extra)] in file
+    order; extra holds the paired ratio and A/A' where the CSV has them."""
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -28,8 +30,10 @@ def read_custream(path):
             for series, column in (("raw driver", "raw_ns"), ("custream", "custream_ns")):
                 if r.get(column):
                     values[series] = float(r[column])
+            extra = {k: float(r[k]) for k in ("ratio", "a_a2", "running_raw_ns",
+                                                "running_custream_ns") if r.get(k)}
             rows.append((r["operation"], values, r.get("target", ""), r.get("result", ""),
-                         r.get("note", "")))
+                         r.get("note", ""), extra))
     return rows
 
 
@@ -58,17 +62,27 @@ def human(ns):
 
 
 def markdown(custream_rows, peers):
-    lines = ["| operation | raw driver | custream | custream / raw | target | result | CuPy "
-             "| PyTorch |",
-             "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
-    for operation, values, target, result, _ in custream_rows:
+    lines = ["| operation | raw driver | custream | custream / raw | A/A' | target | result "
+             "| running stream: raw / custream | CuPy | PyTorch |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+    for operation, values, target, result, _, extra in custream_rows:
         raw, ours = values.get("raw driver"), values.get("custream")
-        ratio = f"{ours / raw:.3f}" if raw and ours is not None else "-"
+        if "ratio" in extra:
+            ratio = f"{extra['ratio']:.3f}"
+        else:
+            ratio = f"{ours / raw:.3f}" if raw and ours is not None else "-"
+        control = f"{(extra['a_a2'] - 1) * 100:+.2f} %" if "a_a2" in extra else "-"
         p = peers.get(operation, {})
         cupy = human(p.get("CuPy", (None, ""))[0])
         torch = human(p.get("PyTorch", (None, ""))[0])
-        lines.append(f"| {operation} | {human(raw)} | {human(ours)} | {ratio} | "
-                     f"{target.replace('<=', '≤')} | {result} | {cupy} | {torch} |")
+        running = "-"
+        if "running_raw_ns" in extra:
+            running = (f"{human(extra['running_raw_ns'])} / "
+                       f"{human(extra.get('running_custream_ns'))}")
+        parked = " †" if "running_raw_ns" in extra else ""
+        lines.append(f"| {operation}{parked} | {human(raw)} | {human(ours)} | {ratio} | "
+                     f"{control} | {target.replace('<=', '≤')} | {result} | {running} | "
+                     f"{cupy} | {torch} |")
     return "\n".join(lines) + "\n"
 
 
@@ -79,6 +93,13 @@ def plot(custream_rows, peers, out, title):
 
     operations = [r[0] for r in custream_rows]
     values = {r[0]: dict(r[1]) for r in custream_rows}
+    # Rows timed on a parked stream: chart their running-stream figures, which are what the
+    # peers (measured on running streams) compare with.
+    for r in custream_rows:
+        extra = r[5]
+        if "running_raw_ns" in extra and "running_custream_ns" in extra:
+            values[r[0]] = {"raw driver": extra["running_raw_ns"],
+                            "custream": extra["running_custream_ns"]}
     for operation in operations:
         for library, (ns, _) in peers.get(operation, {}).items():
             if ns is not None:

@@ -49,16 +49,13 @@ Shared& shared() {
   return sh;
 }
 
-/// Declares a case of 256 iterations a batch and 25 pairs; `prepare` gets the shared handles.
+/// Declares a case of 256 iterations a batch and at least 21 rounds; `prepare` gets the shared
+/// handles.
 void add(std::vector<Case>& cases, const char* name, Target target, const char* raw_label,
          std::function<void(Case&, Shared&)> prepare) {
-  Case c{name, {}, {}, target, 256, 25, {}, raw_label};
+  Case c{name, {}, {}, target, 256, 21, {}, raw_label};
   c.prepare = [prepare = std::move(prepare)](Case& run_as) { prepare(run_as, shared()); };
   cases.push_back(std::move(c));
-}
-
-std::function<void()> synchronize(CUstream s) {
-  return [s] { check(custream::testing::driver().cuStreamSynchronize(s), "cuStreamSynchronize"); };
 }
 
 // cuCtxGetCurrent: the raw side of "current device", and the reference of the rows that
@@ -86,7 +83,7 @@ void add_stream_cases(std::vector<Case>& cases) {
       Shared& sh = shared();
       for (int i = 0; i < n; ++i) sh.stream.record(sh.event);
     };
-    c.between = synchronize(sh.stream.handle());
+    time_parked(c, sh.stream.handle());
   });
 
   add(cases, "wait_event", {}, "cuStreamWaitEvent", [](Case& c, Shared& sh) {
@@ -98,7 +95,7 @@ void add_stream_cases(std::vector<Case>& cases) {
       Shared& sh = shared();
       for (int i = 0; i < n; ++i) sh.stream.wait_event(sh.event);
     };
-    c.between = synchronize(sh.stream.handle());
+    time_parked(c, sh.stream.handle());
   });
 
   add(cases, "done (idle stream)", {}, "cuStreamQuery", [](Case& c, Shared& sh) {

@@ -1,7 +1,7 @@
 // The benchmark suite behind `custream bench` (docs/performance.md): declares every case family
 // (no driver work), prepares the selected cases and estimates their time, runs them one after
-// another (raw and custream interleaved A B B A inside each, harness.hpp) showing per-case
-// progress and the time left, then prints the table and writes the CSV.
+// another (raw, custream and raw again in rotating rounds inside each, harness.hpp) showing
+// per-case progress and the time left, then prints the table and writes the CSV.
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -21,7 +21,10 @@
 namespace custream_bench {
 namespace {
 
-/// Seconds of measurement a case gets at most on the CPU emulator (unless --pairs is given).
+/// Rounds on a running stream after a parked case's judged ones (RunLimits::running_rounds).
+constexpr int kRunningRounds = 21;
+
+/// Seconds of measurement a case gets at most on the CPU emulator (unless --rounds is given).
 constexpr double kEmulatorCaseSeconds = 2.0;
 
 std::string csv_text(const std::string& s) {
@@ -80,10 +83,10 @@ std::string duration_text(double s) {
   return buf;
 }
 
-int pairs_for(const Case& c, const SuiteOptions& options) {
+int rounds_for(const Case& c, const SuiteOptions& options) {
   if (options.quick) return 3;
-  if (options.pairs > 0) return options.pairs;
-  return c.pairs;
+  if (options.rounds > 0) return options.rounds;
+  return c.rounds;
 }
 
 /// Per-case progress on stderr with an estimate of the time left: on a terminal one line
@@ -107,7 +110,7 @@ class ProgressLine {
     case_planned_ = planned_batches;
     show(true);
   }
-  /// The case's timed batches, once its pairs are known (capped runs).
+  /// The case's timed batches, whenever its plan changes (more rounds for resolution).
   void planned(int batches) { case_planned_ = batches; }
   void batch() {
     ++case_done_;
@@ -172,8 +175,34 @@ class ProgressLine {
 };
 
 Result error_result(const Case& c, const std::string& error) {
-  return Result{
-      c.name, c.raw_label, c.target.text(), c.target.short_text(), 0, 0, false, {}, {}, error, 0};
+  Result r;
+  r.name = c.name;
+  r.raw_label = c.raw_label;
+  r.target = c.target.text();
+  r.target_short = c.target.short_text();
+  r.error = error;
+  return r;
+}
+
+const char* verdict_text(const Result& r) {
+  if (!r.error.empty()) return "ERROR";
+  if (!r.skipped.empty()) return "skipped";
+  switch (r.verdict) {
+    case Verdict::pass:
+      return "pass";
+    case Verdict::unresolved:
+      return "unresolved";
+    case Verdict::fail:
+      break;
+  }
+  return "FAIL";
+}
+
+/// A/A' as a signed deviation in 6 columns: "+0.12%".
+std::string control_text(double control) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.2f%%", (control - 1) * 100);
+  return buf;
 }
 
 }  // namespace
@@ -187,60 +216,100 @@ bool report(const std::vector<Result>& results, std::FILE* csv, bool wide) {
   }
   const int nw = static_cast<int>(name_w), tw = static_cast<int>(target_w);
   if (wide) {
-    std::printf("\n%-52s %-38s %12s %12s %7s  %-28s %s\n", "operation", "raw driver", "raw ns",
-                "custream ns", "ratio", "target", "result");
+    std::printf("\n%-52s %-38s %12s %12s %7s %7s %6s  %-36s %s\n", "operation", "raw driver",
+                "raw ns", "custream ns", "ratio", "A/A'", "rounds", "target", "result");
   } else {
-    std::printf("\n%-*s %8s %8s %5s  %-*s  %s\n", nw, "operation", "raw", "custream", "ratio", tw,
-                "target", "result");
+    std::printf("\n%-*s %8s %8s %5s %6s %-*s %s\n", nw, "operation", "raw", "custream", "ratio",
+                "A/A'", tw, "target", "result");
   }
+  int unresolved = 0;
   for (const Result& r : results) {
     const bool ran = r.skipped.empty() && r.error.empty();
-    const char* result = !r.error.empty()     ? "ERROR"
-                         : !r.skipped.empty() ? "skipped"
-                         : r.pass             ? "pass"
-                                              : "FAIL";
-    const double ratio = r.raw_ns > 0 ? r.ours_ns / r.raw_ns : 0;
+    const char* result = verdict_text(r);
     if (wide && !ran) {
-      std::printf("%-52s %-38s %12s %12s %7s  %-28s %s\n", r.name.c_str(), r.raw_label.c_str(), "-",
-                  "-", "-", r.target.c_str(), result);
+      std::printf("%-52s %-38s %12s %12s %7s %7s %6s  %-36s %s\n", r.name.c_str(),
+                  r.raw_label.c_str(), "-", "-", "-", "-", "-", r.target.c_str(), result);
     } else if (wide) {
-      std::printf("%-52s %-38s %12.1f %12.1f %7.3f  %-28s %s\n", r.name.c_str(),
-                  r.raw_label.c_str(), r.raw_ns, r.ours_ns, ratio, r.target.c_str(), result);
+      std::printf("%-52s %-38s %12.1f %12.1f %7.4f %7s %6d  %-36s %s\n", r.name.c_str(),
+                  r.raw_label.c_str(), r.raw_ns, r.ours_ns, r.ratio,
+                  control_text(r.control).c_str(), r.rounds, r.target.c_str(), result);
     } else if (!ran) {
-      std::printf("%-*s %8s %8s %5s  %-*s  %s\n", nw, r.name.c_str(), "-", "-", "-", tw,
+      std::printf("%-*s %8s %8s %5s %6s %-*s %s\n", nw, r.name.c_str(), "-", "-", "-", "-", tw,
                   r.target_short.c_str(), result);
     } else {
-      std::printf("%-*s %8s %8s %5s  %-*s  %s\n", nw, r.name.c_str(), ns_text(r.raw_ns).c_str(),
-                  ns_text(r.ours_ns).c_str(), ratio_text(ratio).c_str(), tw, r.target_short.c_str(),
-                  result);
+      std::printf("%-*s %8s %8s %5s %6s %-*s %s\n", nw, r.name.c_str(), ns_text(r.raw_ns).c_str(),
+                  ns_text(r.ours_ns).c_str(), ratio_text(r.ratio).c_str(),
+                  control_text(r.control).c_str(), tw, r.target_short.c_str(), result);
     }
-    if (ran) all = all && r.pass;
+    if (ran) {
+      all = all && r.verdict != Verdict::fail;
+      unresolved += r.verdict == Verdict::unresolved;
+    }
     if (csv) {
-      char raw[32] = "", ours[32] = "", ratio_text[32] = "";
+      char raw[32] = "", ours[32] = "", ratio[32] = "", control[32] = "", rounds[32] = "";
+      char running_raw[32] = "", running_ours[32] = "";
+      if (ran && r.running_raw_ns > 0) {
+        std::snprintf(running_raw, sizeof running_raw, "%.2f", r.running_raw_ns);
+        std::snprintf(running_ours, sizeof running_ours, "%.2f", r.running_ours_ns);
+      }
       if (ran) {
         std::snprintf(raw, sizeof raw, "%.2f", r.raw_ns);
         std::snprintf(ours, sizeof ours, "%.2f", r.ours_ns);
-        std::snprintf(ratio_text, sizeof ratio_text, "%.4f", ratio);
+        std::snprintf(ratio, sizeof ratio, "%.4f", r.ratio);
+        std::snprintf(control, sizeof control, "%.4f", r.control);
+        std::snprintf(rounds, sizeof rounds, "%d", r.rounds);
       }
-      const char* csv_result = !r.error.empty()     ? "error"
-                               : !r.skipped.empty() ? "skipped"
-                               : r.pass             ? "pass"
-                                                    : "fail";
+      std::string csv_result = verdict_text(r);
+      for (char& ch : csv_result) ch = static_cast<char>(std::tolower(ch));
       const std::string note = !r.error.empty() ? r.error : !r.skipped.empty() ? r.skipped : r.note;
-      std::fprintf(csv, "%s,%s,%s,%s,%s,%s,%s,%s\n", csv_text(r.name).c_str(),
-                   csv_text(r.raw_label).c_str(), raw, ours, ratio_text, csv_text(r.target).c_str(),
-                   csv_result, csv_text(note).c_str());
+      std::fprintf(csv, "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", csv_text(r.name).c_str(),
+                   csv_text(r.raw_label).c_str(), raw, ours, ratio, control, rounds,
+                   csv_text(r.target).c_str(), csv_result.c_str(), running_raw, running_ours,
+                   csv_text(note).c_str());
     }
   }
   if (!wide) {
     std::printf(
-        "\nraw, custream: ns per operation (medians of batch means). target: custream <= raw + X\n"
-        "(+X), <= X (<=X) or <= R x raw. --wide: the raw driver calls and the targets in words.\n");
+        "\nraw, custream: ns per operation (medians of batch means); ratio: median of per-round\n"
+        "custream / raw; A/A': raw against itself in the same rounds (the method's error).\n"
+        "target: custream <= raw + X (+X), <= X (<=X), <= R x raw, or an overhead <= R x the\n"
+        "reference's (+<=Rx ref). --wide: the raw driver calls and the targets in words.\n");
+  }
+  if (unresolved > 0) {
+    std::printf(
+        "\n%d row%s unresolved: A/A' off by more than %.1f%% after the time cap: this run\n"
+        "cannot judge a 1%% difference there (not a miss); run again on a quieter machine.\n",
+        unresolved, unresolved == 1 ? "" : "s", kUnresolvedControl * 100);
   }
   bool notes = false;
   for (const Result& r : results) {
     const char* kind = !r.error.empty() ? "error" : !r.skipped.empty() ? "skipped" : "note";
-    const std::string& text = !r.error.empty() ? r.error : !r.skipped.empty() ? r.skipped : r.note;
+    std::string text = !r.error.empty() ? r.error : !r.skipped.empty() ? r.skipped : r.note;
+    if (r.error.empty() && r.skipped.empty() && r.running_raw_ns > 0) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "%stimed on a parked stream; on a running stream (%d rounds, not judged): "
+                    "raw %.1f ns, custream %.1f ns",
+                    text.empty() ? "" : "; ", kRunningRounds, r.running_raw_ns, r.running_ours_ns);
+      text += buf;
+    }
+    if (r.error.empty() && r.skipped.empty() && r.reference_ns > 0) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "%sreference: %.1f ns; overhead over raw: custream %+.1f ns, reference "
+                    "%+.1f ns",
+                    text.empty() ? "" : "; ", r.reference_ns, r.ratio * r.raw_ns - r.raw_ns,
+                    r.reference_ns - r.raw_ns);
+      text += buf + (" (reference: " + r.reference_label + ")");
+    }
+    if (r.error.empty() && r.skipped.empty() && r.capped) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "%sstopped by the time cap at %d rounds, resolution %.2f%% (wanted %.2f%%)",
+                    text.empty() ? "" : "; ", r.rounds, r.resolution * 100,
+                    kWantedResolution * 100);
+      text += buf;
+    }
     if (text.empty()) continue;
     if (!notes) std::printf("\n");
     notes = true;
@@ -285,19 +354,26 @@ int list_cases(const SuiteOptions& options) {
   const std::vector<Case> cases = selected_cases(options);
   if (cases.empty()) return no_match(options);
   bool kernels = false;
-  std::printf("%-52s %5s  %s\n", "case (in the order a run runs them)", "pairs", "target");
+  std::printf("%-52s %6s  %s\n", "case (in the order a run runs them)", "rounds", "target");
   for (const Case& c : cases) {
-    std::printf("%-52s %5d  %s%s\n", c.name.c_str(), pairs_for(c, options), c.target.text().c_str(),
-                c.needs_kernels ? "  [k]" : "");
+    std::printf("%-52s %6d  %s%s\n", c.name.c_str(), rounds_for(c, options),
+                c.target.text().c_str(), c.needs_kernels ? "  [k]" : "");
     kernels = kernels || c.needs_kernels;
   }
   if (kernels) {
     std::printf(
-        "[k]: needs a driver that loads modules (a GPU): skipped on the CPU driver emulator\n");
+        "[k]: launches a kernel: skipped where the driver cannot load modules (on the CPU driver\n"
+        "emulator the kernel runs as a no-op)\n");
   }
-  if (options.emulator && !options.quick && options.pairs == 0) {
+  if (options.rounds == 0 && !options.quick) {
     std::printf(
-        "On the CPU driver emulator each case measures for at most about %.0f s: fewer pairs.\n",
+        "rounds: the fewest A B A' rounds; more are run until the A/A' resolution is %.2f%%\n"
+        "(at most about %.0f s of measurement per case)\n",
+        kWantedResolution * 100, options.cap_s);
+  }
+  if (options.emulator && !options.quick && options.rounds == 0) {
+    std::printf(
+        "On the CPU driver emulator each case measures for at most about %.0f s: fewer rounds.\n",
         kEmulatorCaseSeconds);
   }
   return 0;
@@ -322,25 +398,25 @@ int run_suite(const SuiteOptions& options) {
   custream::Device device(0);
   std::printf("custream bench: driver %d from %s\n", info.version, info.library.c_str());
   std::printf("device 0: %s\n", device.name().c_str());
-  const bool capped = options.emulator && !options.quick && options.pairs == 0;
+  const bool capped = options.emulator && !options.quick && options.rounds == 0;
   const double budget_s = capped ? kEmulatorCaseSeconds : 0;
   if (options.emulator) {
     std::printf("on the CPU driver emulator: its numbers say nothing about a GPU\n");
   }
   if (capped) {
     std::printf(
-        "capped emulator run: each case measures for at most about %.0f s, with fewer pairs\n"
-        "where need be (3 at least); --pairs N lifts the cap\n",
+        "capped emulator run: each case measures for at most about %.0f s, with fewer rounds\n"
+        "where need be (3 at least); --rounds N lifts the cap\n",
         budget_s);
   }
   if (options.quick) {
     std::printf(
-        "quick run: 3 pairs per case, 1 warm-up; a smoke test of the suite, not the method of\n"
-        "docs/performance.md (>= 21 pairs): targets are shown, not enforced\n");
+        "quick run: 3 rounds per case, 1 warm-up; a smoke test of the suite, not the method of\n"
+        "docs/performance.md (>= 21 rounds): targets are shown, not enforced\n");
   } else {
     std::printf(
-        "method (docs/performance.md): raw and custream on the same handles, interleaved\n"
-        "A B B A, medians of batch means, one process\n");
+        "method (docs/performance.md): raw (A), custream (B) and raw again (A') on the same\n"
+        "handles, in rounds whose order rotates, one process; ratios paired per round\n");
   }
   std::fflush(stdout);
 
@@ -354,7 +430,7 @@ int run_suite(const SuiteOptions& options) {
   for (std::size_t i = 0; i < selected.size(); ++i) {
     cases.push_back(selected[i]);
     Case& c = cases.back();
-    c.pairs = pairs_for(c, options);
+    c.rounds = rounds_for(c, options);
     try {
       if (c.prepare) c.prepare(c);
       if (!c.skip.empty()) continue;
@@ -364,9 +440,9 @@ int run_suite(const SuiteOptions& options) {
         time_batch(c.raw, c.iterations, c.between);
         batch_s = std::chrono::duration<double>(Clock::now() - batch_start).count();
       }
-      const double measure_s = c.batches(0, c.pairs) * batch_s;
-      estimate[i] =
-          2 * warmups * batch_s + (budget_s > 0 ? std::min(measure_s, budget_s) : measure_s);
+      const double measure_s = c.rounds * c.variants() * batch_s;
+      estimate[i] = warmups * c.variants() * batch_s +
+                    (budget_s > 0 ? std::min(measure_s, budget_s) : measure_s);
     } catch (const std::exception& e) {
       errors[i] = e.what();
     }
@@ -379,12 +455,19 @@ int run_suite(const SuiteOptions& options) {
   bool failed = false;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    line.start_case(i, c.batches(warmups, c.pairs));
+    line.start_case(i, (warmups + c.rounds) * c.variants());
     try {
       if (!errors[i].empty()) {
         results.push_back(error_result(c, errors[i]));  // its preparation failed
       } else {
-        results.push_back(run(c, RunLimits{warmups, budget_s, 3}));
+        RunLimits limits;
+        limits.warmups = warmups;
+        limits.cap_s = options.cap_s;
+        limits.budget_s = budget_s;
+        limits.adapt = !options.quick && options.rounds == 0;
+        limits.judge = !options.quick;
+        limits.running_rounds = kRunningRounds;
+        results.push_back(run(c, limits));
       }
     } catch (const std::exception& e) {
       results.push_back(error_result(c, e.what()));
@@ -395,19 +478,21 @@ int run_suite(const SuiteOptions& options) {
   line.finish();
 
   if (csv) {
-    std::fprintf(csv, "operation,raw_driver,raw_ns,custream_ns,ratio,target,result,note\n");
+    std::fprintf(csv,
+                 "operation,raw_driver,raw_ns,custream_ns,ratio,a_a2,rounds,target,result,"
+                 "running_raw_ns,running_custream_ns,note\n");
   }
   const bool all = report(results, csv, options.wide);
   if (capped) {
     int lo = 0, hi = 0;
     for (const Result& r : results) {
-      if (r.pairs == 0) continue;
-      lo = lo == 0 ? r.pairs : std::min(lo, r.pairs);
-      hi = std::max(hi, r.pairs);
+      if (r.rounds == 0) continue;
+      lo = lo == 0 ? r.rounds : std::min(lo, r.rounds);
+      hi = std::max(hi, r.rounds);
     }
     if (hi > 0) {
       std::printf(
-          "\ncapped emulator run: the cases ran %d to %d pairs (at most about %.0f s each)\n", lo,
+          "\ncapped emulator run: the cases ran %d to %d rounds (at most about %.0f s each)\n", lo,
           hi, budget_s);
     }
   }

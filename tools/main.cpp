@@ -71,35 +71,40 @@ constexpr const char* kSelftestHelp =
     "  --auto     the GPU when there is one, else the emulator\n";
 
 constexpr const char* kBenchHelp =
-    "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--pairs N]\n"
-    "                      [--quick] [--wide] [--list]\n"
+    "usage: custream bench [--emulate | --auto] [--csv FILE] [--filter TEXT] [--rounds N]\n"
+    "                      [--cap SECONDS] [--quick] [--wide] [--list]\n"
     "\n"
-    "The benchmark suite on device 0 (docs/performance.md): each operation raw (the driver\n"
-    "call) and through custream, on the same handles, interleaved A B B A in batches (>= 21\n"
-    "pairs), medians of batch means; enqueueing cases in batches of <= 256 with an untimed\n"
-    "synchronize between batches. Prints progress per case with the time left (stderr), then a\n"
-    "table (stdout): raw ns, custream ns, ratio, target, pass/FAIL.\n"
+    "The benchmark suite on device 0 (docs/performance.md): each operation raw (A), through\n"
+    "custream (B) and raw again (A'), on the same handles, timed in batches in rounds whose\n"
+    "order rotates (A B A', B A' A, A' A B, ...); enqueueing cases in batches of <= 256 with an\n"
+    "untimed synchronize between batches. Each case runs at least its own number of rounds\n"
+    "(>= 21), and more until the A/A' control resolves 0.3 % or its time cap is reached. Prints\n"
+    "progress per case with the time left (stderr), then a table (stdout): raw ns, custream\n"
+    "ns, the paired ratio, A/A', target, and pass, FAIL, or unresolved (A/A' off by more than\n"
+    "0.5 % after the cap: the run cannot judge that row).\n"
     "\n"
     "  --csv FILE     also write the numbers to FILE (bench/plot.py reads it); a FILE that\n"
     "                 cannot be written stops the command before any case runs\n"
     "  --filter TEXT  only the cases whose name contains TEXT\n"
-    "  --pairs N      A B B A pairs for every case (N >= 21; default: each case's own,\n"
-    "                 25 to 1,001)\n"
-    "  --quick        smoke run: 3 pairs and 1 warm-up per case (overrides --pairs); targets\n"
-    "                 shown, not enforced\n"
-    "  --wide         the full table: also the raw driver calls, and the targets in words\n"
-    "                 (the default table fits 100 columns)\n"
-    "  --list         list the cases a run with these options would run (pairs, target), run\n"
+    "  --rounds N     exactly N rounds for every case (21 <= N <= 100000), no more for\n"
+    "                 resolution; default: each case's own minimum, and more as needed\n"
+    "  --cap SECONDS  the most measurement a case adds rounds for (default 20)\n"
+    "  --quick        smoke run: 3 rounds and 1 warm-up per case (overrides --rounds);\n"
+    "                 targets shown, not enforced\n"
+    "  --wide         the full table: also the raw driver calls, rounds and the targets in\n"
+    "                 words (the default table fits 100 columns)\n"
+    "  --list         list the cases a run with these options would run (rounds, target), run\n"
     "                 nothing; needs no driver\n"
     "  --emulate      run on the CPU driver emulator (the build tree's, else the installed\n"
-    "                 one): each case is capped\n"
-    "                 at about 2 s of measurement (fewer pairs) unless --pairs is given\n"
+    "                 one): each case is capped at about 2 s of measurement (fewer rounds)\n"
+    "                 unless --rounds is given\n"
     "  --auto         the GPU when there is one, else the emulator\n"
     "\n"
-    "Exit status: 0 every target met; with --quick, 0 when every case ran, whatever the\n"
-    "numbers. 1 when a target is missed (not with --quick), a case could not run (a driver\n"
-    "failure), there is no usable driver or FILE cannot be written. 2 bad arguments. Cases the\n"
-    "driver cannot run are skipped, saying so, not failed.\n"
+    "Exit status: 0 no target missed (unresolved rows are reported, not misses); with --quick,\n"
+    "0 when every case ran, whatever the numbers. 1 when a target is missed (not with\n"
+    "--quick), a case could not run (a driver failure), there is no usable driver or FILE\n"
+    "cannot be written. 2 bad arguments. Cases the driver cannot run are skipped, saying so,\n"
+    "not failed.\n"
     "\n"
     "Numbers mean something only on a real GPU, compared within one run.\n";
 
@@ -119,7 +124,7 @@ struct Args {
 enum class Parsed { run, help, error };
 
 /// The long options' getopt_long values (above any character).
-enum Option : int { kEmulate = 256, kAuto, kCsv, kFilter, kPairs, kQuick, kWide, kList };
+enum Option : int { kEmulate = 256, kAuto, kCsv, kFilter, kRounds, kCap, kQuick, kWide, kList };
 
 /// The option as the user wrote it, without an "=VALUE": for messages.
 std::string option_text(const char* arg) {
@@ -139,7 +144,8 @@ Parsed parse_options(const std::string& command, const char* help, int argc, cha
   if (command == "bench") {
     options.push_back({"csv", required_argument, nullptr, kCsv});
     options.push_back({"filter", required_argument, nullptr, kFilter});
-    options.push_back({"pairs", required_argument, nullptr, kPairs});
+    options.push_back({"rounds", required_argument, nullptr, kRounds});
+    options.push_back({"cap", required_argument, nullptr, kCap});
     options.push_back({"quick", no_argument, nullptr, kQuick});
     options.push_back({"wide", no_argument, nullptr, kWide});
     options.push_back({"list", no_argument, nullptr, kList});
@@ -175,19 +181,32 @@ Parsed parse_options(const std::string& command, const char* help, int argc, cha
       case kFilter:
         a->bench.filter = optarg;
         break;
-      case kPairs: {
+      case kRounds: {
         char* end = nullptr;
         errno = 0;
-        const long pairs = std::strtol(optarg, &end, 10);
-        if (end == optarg || *end != '\0' || errno != 0 || pairs < 21 || pairs > 100000) {
+        const long rounds = std::strtol(optarg, &end, 10);
+        if (end == optarg || *end != '\0' || errno != 0 || rounds < 21 || rounds > 100000) {
           const std::string value = optarg;
-          usage_error("--pairs \"" + value +
+          usage_error("--rounds \"" + value +
                           "\": not a whole number from 21 to 100000 (the "
-                          "method needs >= 21 pairs)",
+                          "method needs >= 21 rounds)",
                       help);
           return Parsed::error;
         }
-        a->bench.pairs = static_cast<int>(pairs);
+        a->bench.rounds = static_cast<int>(rounds);
+        break;
+      }
+      case kCap: {
+        char* end = nullptr;
+        errno = 0;
+        const double cap = std::strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || errno != 0 || !(cap >= 1 && cap <= 3600)) {
+          usage_error(
+              "--cap \"" + std::string(optarg) + "\": not a number of seconds from 1 to 3600",
+              help);
+          return Parsed::error;
+        }
+        a->bench.cap_s = cap;
         break;
       }
       case kQuick:
