@@ -62,8 +62,10 @@ EventFlags checked(EventFlags flags) {
 }  // namespace
 
 template <typename Create>
-Event::Event(int device, EventFlags flags, Create create) : device_(device), flags_(flags) {
-  ContextScope scope(detail::primary_context(detail::loaded(), device));
+Event::Event(int device, CUcontext context, EventFlags flags, Create create)
+    : device_(device), flags_(flags) {
+  ContextScope scope(context != nullptr ? context
+                                        : detail::primary_context(detail::loaded(), device));
   auto owner = std::make_unique<detail::EventOwner>(nullptr);  // first: nothing to leak
   CUevent event = nullptr;
   create(&event);
@@ -75,16 +77,20 @@ Event::Event(int device, EventFlags flags, Create create) : device_(device), fla
 Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flags) {}
 
 Event::Event(Device device, EventFlags flags)
-    : Event(device.ordinal(), checked(flags), [&](CUevent* event) {
-        detail::call<&DriverApi::cuEventCreate>(detail::device_subject(device.ordinal()), event,
-                                                driver_flags(flags));
-      }) {}
+    : Event(in_context(device.ordinal(), nullptr, checked(flags))) {}
+
+Event Event::in_context(int device, CUcontext context, EventFlags flags) {
+  return Event(device, context, flags, [&](CUevent* event) {
+    detail::call<&DriverApi::cuEventCreate>(detail::device_subject(device), event,
+                                            driver_flags(flags));
+  });
+}
 
 Event Event::open_ipc(const CUipcEventHandle& handle) {
   const detail::Loaded& l = detail::loaded();
   detail::entry<&DriverApi::cuIpcOpenEventHandle>(l.api);  // an older driver: say so first
   const int device = detail::current_device_ordinal(l);
-  return Event(device, EventFlags::interprocess, [&](CUevent* event) {
+  return Event(device, nullptr, EventFlags::interprocess, [&](CUevent* event) {
     detail::call<&DriverApi::cuIpcOpenEventHandle>(detail::device_subject(device), event, handle);
   });
 }

@@ -136,7 +136,10 @@ unsigned long long StreamRef::id() const {
 }
 
 Event StreamRef::record() const {
-  Event event(device_ >= 0 ? Device(device_) : Device::current());
+  // In the stream's own context: an event of another context (e.g. the primary one, for a
+  // stream of a created context) cannot be recorded on it (docs/design/events.md, 5).
+  Event event = device_ >= 0 ? Event::in_context(device_, context_, EventFlags::none)
+                             : Event(Device::current());
   record(event);
   return event;
 }

@@ -52,6 +52,8 @@ using namespace std::chrono_literals;
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000)                    \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000)                 \
   X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000)                \
+  X(cuCtxCreate, cuCtxCreate, 3020)                                              \
+  X(cuCtxDestroy, cuCtxDestroy, 4000)                                            \
   X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                                      \
   X(cuCtxSetCurrent, cuCtxSetCurrent, 4000)                                      \
   X(cuCtxPushCurrent, cuCtxPushCurrent, 4000)                                    \
@@ -1499,6 +1501,61 @@ TEST_CASE("a graph launch on a capturing stream is refused and invalidates the c
   CU_OK(api().cuGraphExecDestroy(e));
   CHECK(wait_until([&] { return gone.load() == 1; }));
   CHECK(log.get() == std::vector<int>{1, -1});
+}
+
+TEST_CASE(
+    "a created context: current once made, its own streams and events; another context's "
+    "event cannot be recorded on its stream but can be waited on",
+    "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  CUcontext primary = nullptr, created = nullptr, now = nullptr;
+  CU_OK(api().cuCtxGetCurrent(&primary));
+  REQUIRE(primary != nullptr);
+  CU_OK(api().cuCtxCreate(&created, 0, 0));
+  CU_OK(api().cuCtxGetCurrent(&now));
+  CHECK(now == created);  // pushed onto the thread's stack
+  CHECK(created != primary);
+  CUstream in_created = nullptr;
+  CU_OK(api().cuStreamCreate(&in_created, CU_STREAM_NON_BLOCKING));
+  CUevent created_event = nullptr;
+  CU_OK(api().cuEventCreate(&created_event, CU_EVENT_DISABLE_TIMING));
+  CUcontext popped = nullptr;
+  CU_OK(api().cuCtxPopCurrent(&popped));
+  CHECK(popped == created);
+  CU_OK(api().cuCtxGetCurrent(&now));
+  CHECK(now == primary);
+  CUcontext of_stream = nullptr;
+  CU_OK(api().cuStreamGetCtx(in_created, &of_stream));
+  CHECK(of_stream == created);
+  CUdevice device = -1;
+  CU_OK(api().cuCtxGetDevice_v2(&device, created));
+  CHECK(device == 0);
+  {
+    StreamHandle in_primary(CU_STREAM_NON_BLOCKING);
+    EventHandle primary_event;
+    // Recorded across contexts: refused. Waited on across contexts: allowed.
+    CU_CHECK_EQ(api().cuEventRecord(primary_event.e, in_created), CUDA_ERROR_INVALID_HANDLE);
+    CU_CHECK_EQ(api().cuEventRecord(created_event, in_primary.s), CUDA_ERROR_INVALID_HANDLE);
+    CU_OK(api().cuEventRecord(created_event, in_created));
+    CU_OK(api().cuStreamWaitEvent(in_primary.s, created_event, 0));
+    CU_OK(api().cuEventRecord(primary_event.e, in_primary.s));
+    CU_OK(api().cuStreamWaitEvent(in_created, primary_event.e, 0));
+    CU_OK(api().cuStreamSynchronize(in_created));
+    CU_OK(api().cuStreamSynchronize(in_primary.s));
+    CU_OK(api().cuEventQuery(created_event));
+  }
+  CU_OK(api().cuEventDestroy(created_event));
+  CU_OK(api().cuStreamDestroy(in_created));
+  CU_OK(api().cuCtxDestroy(created));
+  CU_OK(api().cuCtxGetCurrent(&now));
+  CHECK(now == primary);
+  // Destroying the current context pops it: the one below becomes current again.
+  CUcontext second = nullptr;
+  CU_OK(api().cuCtxCreate(&second, 0, 0));
+  CU_OK(api().cuCtxDestroy(second));
+  CU_OK(api().cuCtxGetCurrent(&now));
+  CHECK(now == primary);
 }
 
 TEST_CASE("an event cannot be recorded on another device's stream; it can be waited on",

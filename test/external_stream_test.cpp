@@ -12,6 +12,7 @@
 
 #include "custream/current_stream.hpp"
 #include "custream/device_scope.hpp"
+#include "custream/event.hpp"
 #include "custream/stream_scope.hpp"
 #include "driver.hpp"
 #include "test_support.hpp"
@@ -236,4 +237,45 @@ TEST_CASE("a stream created by the CUDA runtime API is wrapped with its device i
     wrapped.synchronize();
     REQUIRE(destroy(s) == 0);
   }).join();
+}
+
+TEST_CASE(
+    "a stream of a created context, wrapped while the primary context is current: record() "
+    "and wait() work in its context, and nothing current changes",
+    "[gpu][external][context]") {
+  REQUIRE_DRIVER();
+  const auto& api = custream::detail::api();
+  if (api.cuCtxCreate == nullptr || api.cuCtxDestroy == nullptr) {
+    CUSTREAM_SKIP("the driver serves no cuCtxCreate / cuCtxDestroy");
+  }
+  Device(0).make_current();
+  CUcontext primary = nullptr, created = nullptr, now = nullptr;
+  REQUIRE(api.cuCtxGetCurrent(&primary) == CUDA_SUCCESS);
+  REQUIRE(api.cuCtxCreate(&created, 0, 0) == CUDA_SUCCESS);  // current on this thread now
+  CUstream foreign = nullptr;
+  REQUIRE(api.cuStreamCreate(&foreign, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  REQUIRE(api.cuCtxPopCurrent(&popped) == CUDA_SUCCESS);
+  REQUIRE(popped == created);
+  {
+    ExternalStream wrapped(foreign);
+    CHECK(wrapped.device_id() == 0);
+    CHECK(wrapped.context() == created);
+    // Before the fix: the event was made in the primary context, and recording it on this
+    // stream failed with CUDA_ERROR_INVALID_HANDLE.
+    custream::Event event = wrapped.record();
+    wrapped.synchronize();
+    CHECK(event.done());
+    Stream ours(custream::StreamFlags::non_blocking);
+    ours.wait(wrapped);  // an event of the created context, waited on in the primary one
+    wrapped.wait(ours);  // and the other way round
+    ours.synchronize();
+    wrapped.synchronize();
+    REQUIRE(api.cuCtxGetCurrent(&now) == CUDA_SUCCESS);
+    CHECK(now == primary);
+  }
+  CHECK(api.cuStreamDestroy(foreign) == CUDA_SUCCESS);
+  CHECK(api.cuCtxDestroy(created) == CUDA_SUCCESS);
+  REQUIRE(api.cuCtxGetCurrent(&now) == CUDA_SUCCESS);
+  CHECK(now == primary);
 }

@@ -179,6 +179,8 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuGetErrorName", "never called by the library (custream names results itself)"},
       {"cuDevicePrimaryCtxRelease",
        "never called by the library (primary contexts stay retained); tests and benchmarks"},
+      {"cuCtxCreate", "never called by the library; tests make created contexts with it"},
+      {"cuCtxDestroy", "never called by the library; tests make created contexts with it"},
       {"cuCtxPushCurrent", "never called by the library; the conformance suite"},
       {"cuCtxPopCurrent", "never called by the library; the conformance suite"},
       {"cuCtxSynchronize", "never called by the library; the conformance suite"},

@@ -109,10 +109,13 @@ class Event {
 
  private:
   friend class StreamRef;
-  /// Opens or creates the event in `device`'s primary context with `create` (given the
-  /// address of the handle to fill) and owns it.
+  /// Opens or creates the event in `context` (null: `device`'s primary context) with
+  /// `create` (given the address of the handle to fill) and owns it.
   template <typename Create>
-  Event(int device, EventFlags flags, Create create);
+  Event(int device, CUcontext context, EventFlags flags, Create create);
+  /// A new event of `device` made in `context` (null: the device's primary context): what
+  /// StreamRef::record() makes for a stream of any context.
+  static Event in_context(int device, CUcontext context, EventFlags flags);
   void mark_recorded() const noexcept {
     detail::EventOwner* owner = owner_.get();
     if (owner != nullptr && !owner->recorded.load(std::memory_order_relaxed)) {

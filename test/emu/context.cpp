@@ -369,6 +369,90 @@ CUresult ctx_synchronize_v2(CUcontext ctx) {
   return ctx_synchronize_impl(c);
 }
 
+// cuCtxCreate: a new context of `dev`, pushed onto the calling thread's stack (as the
+// driver does), with its own legacy stream.
+CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  auto* c = new Context;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    c->device = dev;
+    c->flags = flags;
+    c->created = true;
+    c->refcount = 1;
+    c->id = s.next_id++;
+    c->legacy = new Stream;
+    c->legacy->kind = Stream::kLegacy;
+    c->legacy->ctx = c;
+    c->legacy->id = s.next_id++;
+  }
+  {
+    std::lock_guard<std::mutex> lk(s.ctx_mu);
+    s.created_contexts.insert(c);
+  }
+  if (!t_stack.push_back(c)) {
+    std::lock_guard<std::mutex> lk(s.ctx_mu);
+    s.created_contexts.erase(c);
+    c->destroyed = true;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  s.live.fetch_add(1);
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_create_v2(CUcontext* pctx, unsigned int flags, CUdevice_v1 dev) {
+  EMU_ENTER("cuCtxCreate");
+  return ctx_create_impl(pctx, flags, dev);
+}
+
+CUresult ctx_create_v3(CUcontext* pctx, CUexecAffinityParam* params, int count, unsigned int flags,
+                       CUdevice_v1 dev) {
+  EMU_ENTER("cuCtxCreate");
+  if (count < 0 || (count > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
+  if (count > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;  // not emulated
+  return ctx_create_impl(pctx, flags, dev);
+}
+
+CUresult ctx_create_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                       CUdevice dev) {
+  EMU_ENTER("cuCtxCreate");
+  if (params && (params->numExecAffinityParams != 0 || params->cigParams != nullptr))
+    return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not emulated
+  return ctx_create_impl(pctx, flags, dev);
+}
+
+// cuCtxDestroy: waits for the context's work, then its handle (and, as with the driver, the
+// streams and events made in it) may no longer be used. Popped from the calling thread's
+// stack where it is current. Its objects are not freed (the emulator keeps them, unusable).
+CUresult ctx_destroy(CUcontext ctx) {
+  EMU_ENTER("cuCtxDestroy");
+  auto* c = reinterpret_cast<Context*>(ctx);
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lk(s.ctx_mu);
+    if (!c || s.created_contexts.count(c) == 0) {
+      for (Context* p : s.primary)
+        if (p == c) return CUDA_ERROR_INVALID_CONTEXT;  // a primary context is never destroyed
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+  }
+  if (CUresult r = ctx_synchronize_impl(c); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> lk(s.ctx_mu);
+    if (s.created_contexts.erase(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;  // raced
+  }
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    c->destroyed = true;
+  }
+  if (!t_stack.empty() && t_stack.back() == c) t_stack.pop_back();
+  s.live.fetch_sub(1);
+  return CUDA_SUCCESS;
+}
+
 CUresult ctx_get_stream_priority_range(int* least, int* greatest) {
   EMU_ENTER("cuCtxGetStreamPriorityRange");
   if (least) *least = kLeastPriority;
@@ -387,9 +471,11 @@ Context* context_of_device(int dev) {
 }
 
 bool valid_context(Context* ctx) {
-  for (Context* c : state().primary)  // immutable after state() construction
+  State& s = state();
+  for (Context* c : s.primary)  // immutable after state() construction
     if (c == ctx) return true;
-  return false;
+  std::lock_guard<std::mutex> lk(s.ctx_mu);  // never held while taking mu
+  return s.created_contexts.count(ctx) != 0;
 }
 
 void register_context_entries(std::vector<Entry>& out) {
@@ -407,6 +493,12 @@ void register_context_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuDevicePrimaryCtxGetState, 7000, primary_get_state),
                  EMU_ENTRY(cuDevicePrimaryCtxReset, 7000, primary_reset),
                  EMU_ENTRY(cuDevicePrimaryCtxReset, 11000, primary_reset),
+                 EMU_ENTRY(cuCtxCreate, 2000, ctx_create_v2),
+                 EMU_ENTRY(cuCtxCreate, 3020, ctx_create_v2),
+                 EMU_ENTRY(cuCtxCreate, 11040, ctx_create_v3),
+                 EMU_ENTRY(cuCtxCreate, 12050, ctx_create_v4),
+                 EMU_ENTRY(cuCtxDestroy, 2000, ctx_destroy),
+                 EMU_ENTRY(cuCtxDestroy, 4000, ctx_destroy),
                  EMU_ENTRY(cuCtxGetCurrent, 4000, ctx_get_current),
                  EMU_ENTRY(cuCtxSetCurrent, 4000, ctx_set_current),
                  EMU_ENTRY(cuCtxPushCurrent, 2000, ctx_push_current),

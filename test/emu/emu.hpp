@@ -140,6 +140,8 @@ struct Context {
   int device = 0;
   int refcount = 0;
   unsigned flags = 0;
+  bool created = false;    // by cuCtxCreate (else a device's primary context)
+  bool destroyed = false;  // cuCtxDestroy: its handle is no longer valid
   unsigned long long id = 0;
   Stream* legacy = nullptr;
   std::vector<Stream*> streams;  // created streams (not destroyed) + per-thread streams
@@ -199,6 +201,10 @@ struct State {
   std::mutex mu;
   std::condition_variable cv;  // any Signal completed, any queue changed
   std::vector<Context*> primary;
+  /// Contexts made by cuCtxCreate and not yet destroyed (guarded by ctx_mu, never taken
+  /// before mu). Destroyed ones are kept (never freed): stale handles stay safe to compare.
+  std::unordered_set<const void*> created_contexts;
+  std::mutex ctx_mu;
   int device_count = 2;
   std::atomic<bool> initialized{false};
   std::unordered_set<const void*> streams, events, graphs, nodes, execs, modules;

@@ -30,6 +30,8 @@
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, true)                     \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, false)                 \
   X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, true)                 \
+  X(cuCtxCreate, cuCtxCreate, 3020, false)                                              \
+  X(cuCtxDestroy, cuCtxDestroy, 4000, false)                                            \
   X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, true)                                       \
   X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, true)                                       \
   X(cuCtxGetDevice, cuCtxGetDevice, 2000, true)                                         \
