@@ -3,7 +3,7 @@
 // batches in rounds of A B A' (A' is A again) whose order rotates every round, so every variant
 // takes every position equally often and the A/A' control describes the same time window as
 // the comparison. The number of rounds follows from the A/A' spread: enough for a resolution
-// of 0.3 % (capped in time). The report gives raw, custream, the paired ratio, A/A' and the
+// of 0.15 % (capped in time). The report gives raw, custream, the paired ratio, A/A' and the
 // verdict: pass, FAIL, or unresolved when A/A' is off by more than 0.5 %.
 #pragma once
 
@@ -258,13 +258,15 @@ inline Result run(const Case& c, const RunLimits& limits = {}) {
     while (rounds.resolution(rounds.size()) > kWantedResolution) {
       const double spent = std::chrono::duration<double>(Clock::now() - start).count();
       const double per_round = spent / rounds.size();
-      const int room = static_cast<int>((limits.cap_s - spent) / per_round);
-      const int need = std::min(rounds.rounds_for(kWantedResolution), limits.max_rounds);
-      const int more = std::min(room, need - rounds.size());
-      if (more <= 0) {
-        r.capped = true;
+      const double room_rounds = (limits.cap_s - spent) / per_round;  // in double: no overflow
+      if (!(room_rounds >= 1)) {
+        r.capped = true;  // the time cap, and only it, stops the row short
         break;
       }
+      const int room = static_cast<int>(std::min<double>(room_rounds, limits.max_rounds));
+      const int need = std::min(rounds.rounds_for(kWantedResolution), limits.max_rounds);
+      const int more = std::min(room, need - rounds.size());
+      if (more <= 0) break;  // max_rounds reached (or the estimate is met up to rounding)
       // In steps of at most half again, so the estimate of the spread is refreshed.
       const int step = std::max(1, std::min(more, std::max(21, rounds.size() / 2)));
       if (progress().planned) {
@@ -283,7 +285,10 @@ inline Result run(const Case& c, const RunLimits& limits = {}) {
   r.resolution = rounds.resolution(rounds.size());
   r.reference_ns = median(rounds.ref);
   r.reference_label = c.reference_label;
-  if (c.running_between && limits.judge) {
+  if (c.running_between && limits.judge && limits.budget_s <= 0) {
+    if (progress().planned) {
+      progress().planned((limits.warmups + rounds.size() + limits.running_rounds) * c.variants());
+    }
     Case running = c;
     running.before = {};
     running.between = c.running_between;

@@ -78,7 +78,7 @@ constexpr const char* kBenchHelp =
     "custream (B) and raw again (A'), on the same handles, timed in batches in rounds whose\n"
     "order rotates (A B A', B A' A, A' A B, ...); enqueueing cases in batches of <= 256 with an\n"
     "untimed synchronize between batches. Each case runs at least its own number of rounds\n"
-    "(>= 21), and more until the A/A' control resolves 0.3 % or its time cap is reached. Prints\n"
+    "(>= 21), and more until the A/A' control resolves 0.15 % or its time cap is reached. Prints\n"
     "progress per case with the time left (stderr), then a table (stdout): raw ns, custream\n"
     "ns, the paired ratio, A/A', target, and pass, FAIL, or unresolved (A/A' off by more than\n"
     "0.5 % after the cap: the run cannot judge that row).\n"

@@ -78,7 +78,9 @@ class Event {
 
   /// Records the event on the current stream of its device. When that is a special handle
   /// (the null stream by default), it is recorded with the event's device current, not
-  /// whatever device is current in this thread. @throws Error on failure.
+  /// whatever device is current in this thread. An event StreamRef::record() made in a
+  /// created context is refused (CUDA_ERROR_INVALID_HANDLE): record it on a stream of that
+  /// context. @throws Error on failure.
   void record();
   /// Records the event on `stream`. @throws Error on failure (naming the stream).
   void record(StreamRef stream) { stream.record(*this); }

@@ -86,11 +86,13 @@ class Graph {
   /// Gives the executable the parameters of `newer`, a graph of the same topology (e.g. a
   /// later capture of the same work), with cuGraphExecUpdate. The executable then holds its
   /// own references to `newer`'s host-function payloads, so `newer` may be dropped at once;
-  /// the payloads it replaces are destroyed once the launches enqueued before the update
-  /// (also raw cuGraphLaunch calls on exec()) have finished. A per-step update loop therefore
-  /// holds one step's payloads, not its history. Not thread-safe for one Graph: serialize
-  /// update(), launch() and upload() of the same Graph (different Graphs may be updated
-  /// concurrently).
+  /// the payloads of an earlier update it replaces are destroyed once the launches enqueued
+  /// before this update (also raw cuGraphLaunch calls on exec()) have finished. The graph this
+  /// Graph was instantiated from, and its payloads, stay as long as this Graph. A per-step
+  /// update loop therefore holds one step's payloads, not its history (prefer
+  /// update_from_capture(), which does not instantiate). Not thread-safe for one Graph:
+  /// serialize update(), launch() and upload() of the same Graph (different Graphs may be
+  /// updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
   /// unchanged); Error on another failure.
   void update(const Graph& newer);
@@ -99,9 +101,11 @@ class Graph {
   /// update, launch" at the cost of cuStreamEndCapture + cuGraphExecUpdate. The captured
   /// graph is destroyed afterwards (the executable holds what it needs of it), also when the
   /// update fails. Same rules as update(const Graph&).
-  /// @throws Error as custream::end_capture (the stream has left capture mode);
-  /// GraphUpdateError naming the reason and node (the executable is unchanged, the captured
-  /// graph and its payloads are freed).
+  /// @throws Error as custream::end_capture (then the stream has left capture mode, except
+  /// for CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a global or thread-local capture ended from
+  /// another thread); Error naming the failing driver call when preparing the captured graph
+  /// fails; GraphUpdateError naming the reason and node. In every case the executable is
+  /// unchanged and the captured graph and its payloads are freed.
   void update_from_capture(StreamRef stream);
 
   /// The graph in Graphviz DOT (cuGraphDebugDotPrint, driver >= 11.3); `verbose` adds every

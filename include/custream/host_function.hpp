@@ -89,7 +89,7 @@ inline void launch_host_func(StreamRef stream, CUhostFn fn, void* arg) {
 /// Enqueues `f(stream, status)` in stream order (cuStreamAddCallback); `stream` is a StreamRef
 /// (or, for a callable that takes a `const Stream&`, a Stream that does not own the stream)
 /// and `status` the driver's status. Lifetime, threading and exceptions as for
-/// launch_host_func(StreamRef, F&&).
+/// launch_host_func(const StreamRef&, F&&).
 ///
 /// While the stream captures (the driver would refuse cuStreamAddCallback and invalidate the
 /// capture) the callback is captured as a host node instead, like launch_host_func: it runs on

@@ -105,7 +105,8 @@ class Stream : public StreamRef {
   // --- Host functions (custream/host_function.hpp) ---
 
   /// launch_host_func(*this, f): enqueues `f()` to run on the host in stream order; see
-  /// custream::launch_host_func(StreamRef, F&&) in custream/host_function.hpp (include it).
+  /// custream::launch_host_func(const StreamRef&, F&&) in custream/host_function.hpp (include
+  /// it).
   template <typename F, typename H = detail::HostFunctions,
             typename = std::enable_if_t<std::is_invocable_v<std::decay_t<F>&>>>
   void launch_host_func(F&& f) const {

@@ -135,7 +135,9 @@ class StreamRef {
                *this, r, CUDA_ERROR_NOT_READY, handle_) == CUDA_SUCCESS;
   }
 
-  /// Records a new event (timing disabled) on the stream and returns it.
+  /// Records a new event (timing disabled) on the stream and returns it. The event is made in
+  /// the stream's own context (for a wrapped stream of a context the application created,
+  /// that context), so it can be recorded again on streams of that context only.
   /// @throws Error on a driver failure.
   Event record() const;
   /// Records `event` on the stream (cuEventRecord) and returns it. Needs

@@ -433,11 +433,8 @@ CUresult ctx_destroy(CUcontext ctx) {
   State& s = state();
   {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
-    if (!c || s.created_contexts.count(c) == 0) {
-      for (Context* p : s.primary)
-        if (p == c) return CUDA_ERROR_INVALID_CONTEXT;  // a primary context is never destroyed
-      return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    // Also a primary context (never destroyed) or a destroyed one.
+    if (!c || s.created_contexts.count(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (CUresult r = ctx_synchronize_impl(c); r != CUDA_SUCCESS) return r;
   {
