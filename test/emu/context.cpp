@@ -395,6 +395,7 @@ CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   if (!t_stack.push_back(c)) {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
     s.created_contexts.erase(c);
+    s.retired_contexts.push_back(c);
     c->destroyed = true;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -440,6 +441,7 @@ CUresult ctx_destroy(CUcontext ctx) {
   {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
     if (s.created_contexts.erase(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;  // raced
+    s.retired_contexts.push_back(c);
   }
   {
     std::lock_guard<std::mutex> lk(s.mu);

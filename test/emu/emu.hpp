@@ -202,8 +202,10 @@ struct State {
   std::condition_variable cv;  // any Signal completed, any queue changed
   std::vector<Context*> primary;
   /// Contexts made by cuCtxCreate and not yet destroyed (guarded by ctx_mu, never taken
-  /// before mu). Destroyed ones are kept (never freed): stale handles stay safe to compare.
+  /// before mu). Destroyed ones move to retired_contexts and are never freed: stale handles
+  /// (and streams made in them) stay safe to use, and LeakSanitizer sees them reachable.
   std::unordered_set<const void*> created_contexts;
+  std::vector<Context*> retired_contexts;
   std::mutex ctx_mu;
   int device_count = 2;
   std::atomic<bool> initialized{false};
