@@ -406,12 +406,10 @@ void time_parked(Case& c, CUstream stream) {
     while (!g_gate_entered.load(std::memory_order_acquire)) {
     }
   };
-  c.between = [stream] {  // open the gate and let the batch run
+  c.running_between = synchronize(stream);
+  c.between = [sync = c.running_between] {  // open the gate and let the batch run
     g_gate_open.store(true, std::memory_order_release);
-    check(custream::testing::driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
-  };
-  c.running_between = [stream] {
-    check(custream::testing::driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    sync();
   };
 }
 

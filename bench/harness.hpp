@@ -200,8 +200,8 @@ struct Rounds {
     for (double& x : d) x = std::fabs(x - m);
     return 1.4826 * median(d);
   }
-  /// Standard error of the median of `n` rounds with this spread (1.2533 σ / √n).
-  double resolution(int n) const { return n > 0 ? 1.2533 * spread() / std::sqrt(n) : 1; }
+  /// Standard error of the median of these rounds' A'/A (1.2533 σ / √n).
+  double resolution() const { return size() > 0 ? 1.2533 * spread() / std::sqrt(size()) : 1; }
   /// Rounds needed for `wanted` resolution at this spread.
   int rounds_for(double wanted) const {
     const double n = std::pow(1.2533 * spread() / wanted, 2);
@@ -255,7 +255,7 @@ inline Result run(const Case& c, const RunLimits& limits = {}) {
   rounds.run(c, want);
   if (limits.adapt && limits.budget_s <= 0) {
     // Add rounds while the spread says the resolution is not reached and the cap allows.
-    while (rounds.resolution(rounds.size()) > kWantedResolution) {
+    while (rounds.resolution() > kWantedResolution) {
       const double spent = std::chrono::duration<double>(Clock::now() - start).count();
       const double per_round = spent / rounds.size();
       const double room_rounds = (limits.cap_s - spent) / per_round;  // in double: no overflow
@@ -282,7 +282,7 @@ inline Result run(const Case& c, const RunLimits& limits = {}) {
   r.ours_ns = median(rounds.b);
   r.ratio = rounds.ratio();
   r.control = rounds.control();
-  r.resolution = rounds.resolution(rounds.size());
+  r.resolution = rounds.resolution();
   r.reference_ns = median(rounds.ref);
   r.reference_label = c.reference_label;
   if (c.running_between && limits.judge && limits.budget_s <= 0) {

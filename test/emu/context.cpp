@@ -374,13 +374,13 @@ CUresult ctx_synchronize_v2(CUcontext ctx) {
 CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (t_stack.size == ContextStack::kCapacity) return CUDA_ERROR_OUT_OF_MEMORY;  // 64 deep
   State& s = state();
   auto* c = new Context;
   {
     std::lock_guard<std::mutex> lk(s.mu);
     c->device = dev;
     c->flags = flags;
-    c->created = true;
     c->refcount = 1;
     c->id = s.next_id++;
     c->legacy = new Stream;
@@ -392,13 +392,7 @@ CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
     s.created_contexts.insert(c);
   }
-  if (!t_stack.push_back(c)) {
-    std::lock_guard<std::mutex> lk(s.ctx_mu);
-    s.created_contexts.erase(c);
-    s.retired_contexts.push_back(c);
-    c->destroyed = true;
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
+  (void)t_stack.push_back(c);  // room checked above
   s.live.fetch_add(1);
   *pctx = reinterpret_cast<CUcontext>(c);
   return CUDA_SUCCESS;
@@ -442,10 +436,6 @@ CUresult ctx_destroy(CUcontext ctx) {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
     if (s.created_contexts.erase(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;  // raced
     s.retired_contexts.push_back(c);
-  }
-  {
-    std::lock_guard<std::mutex> lk(s.mu);
-    c->destroyed = true;
   }
   if (!t_stack.empty() && t_stack.back() == c) t_stack.pop_back();
   s.live.fetch_sub(1);

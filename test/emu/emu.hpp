@@ -140,8 +140,6 @@ struct Context {
   int device = 0;
   int refcount = 0;
   unsigned flags = 0;
-  bool created = false;    // by cuCtxCreate (else a device's primary context)
-  bool destroyed = false;  // cuCtxDestroy: its handle is no longer valid
   unsigned long long id = 0;
   Stream* legacy = nullptr;
   std::vector<Stream*> streams;  // created streams (not destroyed) + per-thread streams
