@@ -1,4 +1,5 @@
 // Devices, primary contexts and the per-thread context stack.
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -279,10 +280,15 @@ CUresult ctx_get_current(CUcontext* pctx) {
   return CUDA_SUCCESS;
 }
 
+// A destroyed context answers CUDA_ERROR_CONTEXT_IS_DESTROYED. (The H200 answers CUDA_SUCCESS
+// for the converted context of a destroyed green context, and the process then aborts on a
+// double free inside the driver, in one run of three: the emulator reports the error instead.)
 CUresult ctx_set_current(CUcontext ctx) {
   EMU_ENTER("cuCtxSetCurrent");
   auto* c = reinterpret_cast<Context*>(ctx);
-  if (c && !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c) {
+    if (CUresult r = context_status(c)) return r;
+  }
   if (!c) {
     if (!t_stack.empty()) t_stack.pop_back();
   } else if (t_stack.empty()) {
@@ -296,7 +302,7 @@ CUresult ctx_set_current(CUcontext ctx) {
 CUresult ctx_push_current(CUcontext ctx) {
   EMU_ENTER("cuCtxPushCurrent");
   auto* c = reinterpret_cast<Context*>(ctx);
-  if (!c || !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = context_status(c)) return r;                // as cuCtxSetCurrent
   if (!t_stack.push_back(c)) return CUDA_ERROR_OUT_OF_MEMORY;  // 64 contexts deep
   return CUDA_SUCCESS;
 }
@@ -313,7 +319,7 @@ CUresult ctx_get_device(CUdevice* dev) {
   EMU_ENTER("cuCtxGetDevice");
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
   Context* c = current_context();
-  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = context_status(c)) return r;
   *dev = c->device;
   return CUDA_SUCCESS;
 }
@@ -322,20 +328,24 @@ CUresult ctx_get_device_v2(CUdevice* dev, CUcontext ctx) {
   EMU_ENTER("cuCtxGetDevice");
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
   auto* c = ctx ? reinterpret_cast<Context*>(ctx) : current_context();
-  if (!c || !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  // A destroyed created context: the H200 crashes here (SIGSEGV); the emulator says so.
+  if (CUresult r = context_status(c)) return r;
   *dev = c->device;
   return CUDA_SUCCESS;
 }
 
+// Synchronises c and, for a primary context, its green contexts (cuda.h).
 CUresult ctx_synchronize_impl(Context* c) {
-  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = context_status(c)) return r;
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   // Synchronising the context while a capture that forbids it is under way is unsupported
   // and invalidates that capture (as on the H200: global mode; thread-local mode of this thread).
+  const std::vector<Context*> covered = covered_contexts(c);
   bool refused = false;
   for (const auto& cap : s.captures) {
-    if (cap->ctx != c || cap->invalidated) continue;
+    if (cap->invalidated || std::find(covered.begin(), covered.end(), cap->ctx) == covered.end())
+      continue;
     if (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
         (cap->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
          cap->thread == std::this_thread::get_id())) {
@@ -344,16 +354,7 @@ CUresult ctx_synchronize_impl(Context* c) {
     }
   }
   if (refused) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  std::vector<Stream*> all = c->streams;
-  all.push_back(c->legacy);
-  std::vector<SignalPtr> tails;
-  for (Stream* st : all)
-    if (st->tail) tails.push_back(st->tail);
-  s.cv.wait(lk, [&] {
-    for (const auto& t : tails)
-      if (!t->done) return false;
-    return true;
-  });
+  context_wait(lk, c);
   return CUDA_SUCCESS;
 }
 
@@ -365,7 +366,6 @@ CUresult ctx_synchronize() {
 CUresult ctx_synchronize_v2(CUcontext ctx) {
   EMU_ENTER("cuCtxSynchronize");
   auto* c = ctx ? reinterpret_cast<Context*>(ctx) : current_context();
-  if (c && !valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
   return ctx_synchronize_impl(c);
 }
 
@@ -379,6 +379,7 @@ CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   auto* c = new Context;
   {
     std::lock_guard<std::mutex> lk(s.mu);
+    c->kind = Context::kCreated;
     c->device = dev;
     c->flags = flags;
     c->refcount = 1;
@@ -390,7 +391,7 @@ CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   }
   {
     std::lock_guard<std::mutex> lk(s.ctx_mu);
-    s.created_contexts.insert(c);
+    s.contexts.insert(c);
   }
   (void)t_stack.push_back(c);  // room checked above
   s.live.fetch_add(1);
@@ -419,26 +420,54 @@ CUresult ctx_create_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int 
   return ctx_create_impl(pctx, flags, dev);
 }
 
-// cuCtxDestroy: waits for the context's work, then its handle (and, as with the driver, the
-// streams and events made in it) may no longer be used. Popped from the calling thread's
-// stack where it is current. Its objects are not freed (the emulator keeps them, unusable).
+// cuCtxDestroy: waits for the context's work, then destroys it with its streams, events and
+// modules, and pops it from the calling thread's stack where it is current. The context and
+// its streams are kept (invariant 8): its handle, and its streams (also cuStreamDestroy), answer
+// CUDA_ERROR_CONTEXT_IS_DESTROYED (on the H200, such a stream makes the driver crash); its
+// events and modules are released (their handles answer CUDA_ERROR_INVALID_HANDLE).
 CUresult ctx_destroy(CUcontext ctx) {
   EMU_ENTER("cuCtxDestroy");
   auto* c = reinterpret_cast<Context*>(ctx);
+  if (CUresult r = context_status(c)) return r;  // destroyed: CONTEXT_IS_DESTROYED, as the H200
+  if (c->kind != Context::kCreated) return CUDA_ERROR_INVALID_CONTEXT;  // a primary or green one
+  if (CUresult r = ctx_synchronize_impl(c); r != CUDA_SUCCESS) return r;
   State& s = state();
   {
-    std::lock_guard<std::mutex> lk(s.ctx_mu);
-    // Also a primary context (never destroyed) or a destroyed one.
-    if (!c || s.created_contexts.count(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  }
-  if (CUresult r = ctx_synchronize_impl(c); r != CUDA_SUCCESS) return r;
-  {
-    std::lock_guard<std::mutex> lk(s.ctx_mu);
-    if (s.created_contexts.erase(c) == 0) return CUDA_ERROR_INVALID_CONTEXT;  // raced
-    s.retired_contexts.push_back(c);
+    std::lock_guard<std::mutex> lk(s.mu);
+    {
+      std::lock_guard<std::mutex> clk(s.ctx_mu);
+      if (c->destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // raced with another destroy
+      c->destroyed = true;
+    }
+    for (Stream* st : c->streams) {
+      leave_capture(st);
+      if (st->kind == Stream::kCreated) s.live.fetch_sub(1);  // destroyed with the context
+    }
+    for (auto it = s.events.begin(); it != s.events.end();) {
+      auto* e = static_cast<Event*>(const_cast<void*>(*it));
+      if (e->ctx != c) {
+        ++it;
+        continue;
+      }
+      it = s.events.erase(it);
+      s.live.fetch_sub(1);
+      delete e;  // pending records keep their Signal alive through the Op
+    }
+    release_context_modules(c);
   }
   if (!t_stack.empty() && t_stack.back() == c) t_stack.pop_back();
   s.live.fetch_sub(1);
+  return CUDA_SUCCESS;
+}
+
+// cuCtxGetId: NULL is the current context. A green context's converted context has the green
+// context's id.
+CUresult ctx_get_id(CUcontext ctx, unsigned long long* id) {
+  EMU_ENTER("cuCtxGetId");
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  auto* c = ctx ? reinterpret_cast<Context*>(ctx) : current_context();
+  if (CUresult r = context_status(c)) return r;
+  *id = c->id;
   return CUDA_SUCCESS;
 }
 
@@ -453,18 +482,59 @@ CUresult ctx_get_stream_priority_range(int* least, int* greatest) {
 
 Context* current_context() { return t_stack.empty() ? nullptr : t_stack.back(); }
 
+unsigned device_sm_count(int dev) {
+  int v = 0;
+  (void)attribute_value(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev, &v);
+  return static_cast<unsigned>(v);
+}
+
 Context* context_of_device(int dev) {
   State& s = state();
   if (dev < 0 || dev >= s.device_count) return nullptr;
   return s.primary[static_cast<size_t>(dev)];
 }
 
-bool valid_context(Context* ctx) {
+CUresult context_status(Context* ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   State& s = state();
   for (Context* c : s.primary)  // immutable after state() construction
-    if (c == ctx) return true;
-  std::lock_guard<std::mutex> lk(s.ctx_mu);  // never held while taking mu
-  return s.created_contexts.count(ctx) != 0;
+    if (c == ctx) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lk(s.ctx_mu);  // never held while taking mu (invariant 8)
+  if (s.contexts.count(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return ctx->destroyed ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS;
+}
+
+CUresult usable_current_context(Context** out) {
+  Context* c = current_context();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // current elsewhere, or dangling
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+Context* resource_owner(Context* ctx) {
+  return ctx && ctx->kind == Context::kGreen ? state().primary[static_cast<size_t>(ctx->device)]
+                                             : ctx;
+}
+
+std::vector<Context*> covered_contexts(Context* ctx) {
+  std::vector<Context*> out{ctx};
+  if (ctx->kind == Context::kPrimary) out.insert(out.end(), ctx->greens.begin(), ctx->greens.end());
+  return out;
+}
+
+void context_wait(std::unique_lock<std::mutex>& lk, Context* ctx) {
+  std::vector<SignalPtr> tails;
+  for (Context* c : covered_contexts(ctx)) {
+    if (c->legacy->tail) tails.push_back(c->legacy->tail);
+    for (Stream* st : c->streams)
+      if (st->tail) tails.push_back(st->tail);
+  }
+  state().cv.wait(lk, [&] {
+    for (const auto& t : tails)
+      if (!t->done) return false;
+    return true;
+  });
 }
 
 void register_context_entries(std::vector<Entry>& out) {
@@ -499,6 +569,7 @@ void register_context_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuCtxSynchronize, 2000, ctx_synchronize),
                  EMU_ENTRY(cuCtxSynchronize, 13000, ctx_synchronize_v2),
                  EMU_ENTRY(cuCtxGetStreamPriorityRange, 5050, ctx_get_stream_priority_range),
+                 EMU_ENTRY(cuCtxGetId, 12000, ctx_get_id),
              });
 }
 

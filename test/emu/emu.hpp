@@ -19,6 +19,18 @@
 //  7. An executable graph copies the graph's Works and holds its own user-object references
 //     (a RefSet); a launch holds shared ownership of both, so destroying the graph or the
 //     executable while a launch is in flight is safe and the last owner releases.
+//  8. Contexts other than the primary ones (cuCtxCreate's, and the CUcontext of each green
+//     context) and green contexts are never freed: State::contexts / green_contexts (guarded
+//     by State::ctx_mu, which is taken after mu or alone, never before mu) hold every one ever
+//     made, so a stale handle answers CUDA_ERROR_CONTEXT_IS_DESTROYED and LeakSanitizer sees
+//     them reachable. Context::destroyed is written with mu and ctx_mu both held, so either
+//     lock suffices to read it. A stream of a destroyed context stays registered and answers
+//     CUDA_ERROR_CONTEXT_IS_DESTROYED (resolve_stream, cuStreamDestroy).
+//  9. A green context's streams belong to its converted Context (kind kGreen), which shares
+//     the primary context's events and modules (resource_owner()); cuStreamGetCtx_v2 maps it
+//     back to the primary context. Context::waits (cuCtxWaitEvent) are dependencies push_op
+//     adds to every later Op of the context's streams (a green context's also those of its
+//     primary context).
 #pragma once
 
 #include <cuda.h>
@@ -47,6 +59,7 @@ constexpr int kGreatestPriority = -5;
 constexpr int kLeastPriority = 0;
 
 struct Context;
+struct GreenCtx;
 struct Stream;
 struct Graph;
 struct Node;
@@ -137,12 +150,36 @@ struct Stream {
 };
 
 struct Context {
+  /// kPrimary: a device's primary context; kCreated: cuCtxCreate; kGreen: the CUcontext of a
+  /// green context (cuCtxFromGreenCtx). Fixed at creation.
+  enum Kind { kPrimary, kCreated, kGreen };
+  Kind kind = kPrimary;
   int device = 0;
   int refcount = 0;
   unsigned flags = 0;
-  unsigned long long id = 0;
+  unsigned long long id = 0;  // kGreen: also the green context's id (cuGreenCtxGetId)
   Stream* legacy = nullptr;
   std::vector<Stream*> streams;  // created streams (not destroyed) + per-thread streams
+  GreenCtx* green = nullptr;     // kGreen: the green context it converts
+  std::vector<Context*> greens;  // kPrimary: the kGreen contexts of its live green contexts
+  /// cuCtxWaitEvent / cuGreenCtxWaitEvent: signals every later Op on the context's streams
+  /// waits for (done ones are pruned by push_op).
+  std::vector<SignalPtr> waits;
+  bool destroyed = false;  // invariant 8: written with mu and ctx_mu held
+};
+
+/// A green context: its SM count and its converted context (destroyed with it).
+struct GreenCtx {
+  int device = 0;
+  unsigned sm_count = 0;
+  Context* ctx = nullptr;
+};
+
+/// A resource descriptor (cuDevResourceGenerateDesc). The driver has no call to destroy one:
+/// they live as long as the process (State::resource_descs).
+struct ResourceDesc {
+  int device = -1;  // -1: resources of no known device
+  unsigned sm_count = 0;
 };
 
 struct Capture {
@@ -199,11 +236,10 @@ struct State {
   std::mutex mu;
   std::condition_variable cv;  // any Signal completed, any queue changed
   std::vector<Context*> primary;
-  /// Contexts made by cuCtxCreate and not yet destroyed (guarded by ctx_mu, never taken
-  /// before mu). Destroyed ones move to retired_contexts and are never freed: stale handles
-  /// (and streams made in them) stay safe to use, and LeakSanitizer sees them reachable.
-  std::unordered_set<const void*> created_contexts;
-  std::vector<Context*> retired_contexts;
+  /// Every context made by cuCtxCreate and every converted green context, destroyed or not;
+  /// every green context and resource descriptor ever made (invariant 8: guarded by ctx_mu,
+  /// never freed).
+  std::unordered_set<const void*> contexts, green_contexts, resource_descs;
   std::mutex ctx_mu;
   int device_count = 2;
   std::atomic<bool> initialized{false};
@@ -237,8 +273,29 @@ State& state();
 Context* current_context();
 /// Context of a device ordinal or nullptr.
 Context* context_of_device(int dev);
-/// True when ctx is one of the emulator's contexts.
-bool valid_context(Context* ctx);
+/// The device's CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (no lock needed).
+unsigned device_sm_count(int dev);
+/// CUDA_SUCCESS for a live context of the emulator, CUDA_ERROR_CONTEXT_IS_DESTROYED for a
+/// destroyed one, CUDA_ERROR_INVALID_CONTEXT otherwise (NULL included). Takes ctx_mu: callable
+/// with or without mu held.
+CUresult context_status(Context* ctx);
+/// The calling thread's current context when it can be used (mu held): CUDA_ERROR_INVALID_CONTEXT
+/// without one, CUDA_ERROR_CONTEXT_IS_DESTROYED when it was destroyed.
+CUresult usable_current_context(Context** out);
+/// The context whose events and modules ctx uses: the primary context for a green context's.
+Context* resource_owner(Context* ctx);
+/// ctx, and for a primary context its live green contexts' (mu held): the contexts whose work
+/// cuCtxSynchronize, cuCtxRecordEvent and cuCtxWaitEvent on ctx cover.
+std::vector<Context*> covered_contexts(Context* ctx);
+/// Waits (releasing the lock) until the work enqueued so far on ctx's streams has completed.
+void context_wait(std::unique_lock<std::mutex>& lk, Context* ctx);
+/// Creates a stream of ctx (mu not held): cuStreamCreate*, cuGreenCtxStreamCreate.
+CUresult create_stream_in(Context* ctx, CUstream* ph, unsigned flags, int priority);
+/// Takes a stream out of its capture as destroying it does: the capture is discarded when the
+/// stream is its origin, else invalidated (mu held).
+void leave_capture(Stream* s);
+/// Unloads the modules loaded in ctx (a destroyed created context; mu held).
+void release_context_modules(Context* ctx);
 /// Resolves a stream handle (0, 1, 2 or created) for the calling thread.
 CUresult resolve_stream(CUstream h, Stream** out);
 /// Appends work to a stream (as an Op, or as a graph node while capturing).
@@ -275,7 +332,6 @@ CUresult check_fault(const char* name) noexcept;
 void run_detached(std::function<void()> f);
 /// Counts a user-object destructor that ran (for emu_control.h).
 void note_destructor_run();
-void stream_release_worker(Stream* s);
 bool valid(const std::unordered_set<const void*>& set, const void* p);
 /// Retains/releases user-object references (takes uo_mu).
 void user_object_add(UserObject* o, unsigned n);
@@ -296,6 +352,7 @@ void register_capture_entries(std::vector<Entry>& out);
 void register_graph_entries(std::vector<Entry>& out);
 void register_user_object_entries(std::vector<Entry>& out);
 void register_module_entries(std::vector<Entry>& out);
+void register_green_entries(std::vector<Entry>& out);
 /// The implementation of entry point `name` at ABI `version` (the greatest registered version
 /// <= version), or nullptr: what cuGetProcAddress serves, for the exported symbols.
 void* entry_point(const char* name, int version);

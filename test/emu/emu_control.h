@@ -43,7 +43,9 @@ void custream_emu_count_calls(int on);
 long custream_emu_call_count(const char* name);
 
 /* Number of live user-visible objects: streams, events, graphs (user-owned), executable
- * graphs, user objects (not yet destroyed) and device allocations. */
+ * graphs, user objects, modules, created and green contexts (not yet destroyed) and device
+ * allocations. Destroying a created context destroys its streams, events and modules; a
+ * destroyed green context's streams stay counted (they leak, as cuda.h says). */
 long custream_emu_live_objects(void);
 
 /* Number of user-object destructors that have run so far (process lifetime). */
@@ -69,13 +71,13 @@ int custream_emu_wait_destructors(int timeout_ms);
 
 /* One execution of a launched kernel, as an implementation sees it. */
 typedef struct custream_emu_kernel_launch {
-  const char* name;        /* the kernel's name */
-  unsigned grid[3];        /* gridDimX, Y, Z */
-  unsigned block[3];       /* blockDimX, Y, Z */
-  unsigned shared_bytes;   /* sharedMemBytes */
-  void** params;           /* params[i] points at a copy of argument i, taken at launch */
+  const char* name;      /* the kernel's name */
+  unsigned grid[3];      /* gridDimX, Y, Z */
+  unsigned block[3];     /* blockDimX, Y, Z */
+  unsigned shared_bytes; /* sharedMemBytes */
+  void** params;         /* params[i] points at a copy of argument i, taken at launch */
   unsigned param_count;
-  void* user;              /* as registered */
+  void* user; /* as registered */
 } custream_emu_kernel_launch;
 
 /* Runs once per launch (not per thread: it loops over grid x block itself if it needs to), on

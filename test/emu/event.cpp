@@ -28,10 +28,10 @@ CUresult event_create(CUevent* ph, unsigned int flags) {
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
     return CUDA_ERROR_INVALID_VALUE;
-  Context* ctx = current_context();
-  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = usable_current_context(&ctx)) return r;
   auto* e = new Event;
   e->state = std::make_shared<EventState>();
   e->state->flags = flags;
@@ -62,8 +62,10 @@ CUresult event_record_impl(CUevent h, CUstream hs) {
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(hs, &st)) return r;
   // As on the H200: an event made in one context cannot be recorded on another context's
-  // stream (waiting on it from another context is allowed).
-  if (e->ctx != nullptr && st->ctx != e->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  // stream (waiting on it from another context is allowed). A green context uses the primary
+  // context's events, and the primary context its green contexts' (resource_owner).
+  if (e->ctx != nullptr && resource_owner(st->ctx) != resource_owner(e->ctx))
+    return CUDA_ERROR_INVALID_HANDLE;
   if (st->capture) {
     // Recording in a capture marks the capture position; it creates no node (fork point).
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -228,13 +230,14 @@ CUresult ipc_get_event_handle(CUipcEventHandle* ph, CUevent he) {
 CUresult ipc_open_event_handle(CUevent* phe, CUipcEventHandle handle) {
   EMU_ENTER("cuIpcOpenEventHandle");
   if (!phe) return CUDA_ERROR_INVALID_VALUE;
-  Context* ctx = current_context();
-  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
   IpcPayload p{};
   std::memcpy(&p, handle.reserved, sizeof p);
   if (std::memcmp(p.magic, kIpcMagic, sizeof p.magic) != 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = usable_current_context(&ctx)) return r;
   auto it = s.ipc_events.find(p.id);
   if (it == s.ipc_events.end()) return CUDA_ERROR_INVALID_VALUE;
   auto es = it->second.lock();

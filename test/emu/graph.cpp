@@ -271,10 +271,11 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
   if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) &&
       (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
     return CUDA_ERROR_INVALID_VALUE;
-  Context* ctx = current_context();
-  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = usable_current_context(&ctx)) return r;
   Graph* g = as_graph(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {

@@ -48,10 +48,12 @@ CUresult mem_free(CUdeviceptr p) {
   s.live.fetch_sub(1);
   // cuMemFree synchronises with outstanding work (the memory may still be in use).
   std::vector<SignalPtr> tails;
-  for (Context* c : s.primary) {
-    if (c->legacy->tail) tails.push_back(c->legacy->tail);
-    for (Stream* st : c->streams)
-      if (st->tail) tails.push_back(st->tail);
+  for (Context* primary : s.primary) {
+    for (Context* c : covered_contexts(primary)) {  // with its green contexts
+      if (c->legacy->tail) tails.push_back(c->legacy->tail);
+      for (Stream* st : c->streams)
+        if (st->tail) tails.push_back(st->tail);
+    }
   }
   s.cv.wait(lk, [&] {
     for (const auto& t : tails)

@@ -129,10 +129,8 @@ bool binary_image(const void* image) {
 CUresult load(CUmodule* out, const void* image) {
   if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
   *out = nullptr;
-  Context* ctx = current_context();
-  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
   auto m = std::make_unique<Module>();
-  m->ctx = ctx;
   if (!binary_image(image)) {
     m->ptx = true;
     m->entries = ptx_entries(static_cast<const char*>(image));
@@ -141,6 +139,7 @@ CUresult load(CUmodule* out, const void* image) {
   }
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
+  if (CUresult r = usable_current_context(&m->ctx)) return r;
   s.modules.insert(m.get());
   s.live.fetch_add(1);
   *out = reinterpret_cast<CUmodule>(m.release());
@@ -231,7 +230,9 @@ CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, uns
   const Function& f = *reinterpret_cast<const Function*>(hf);
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(hs, &st)) return r;
-  if (f.module->ctx != st->ctx) return CUDA_ERROR_INVALID_HANDLE;  // loaded in another context
+  // Loaded in another context: refused. A green context uses the primary context's modules,
+  // and the primary context its green contexts' (resource_owner).
+  if (resource_owner(f.module->ctx) != resource_owner(st->ctx)) return CUDA_ERROR_INVALID_HANDLE;
   if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
   if (static_cast<unsigned long long>(bx) * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
     return CUDA_ERROR_INVALID_VALUE;
@@ -267,6 +268,21 @@ CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, uns
 }
 
 }  // namespace
+
+void release_context_modules(Context* ctx) {
+  State& s = state();
+  for (auto it = s.modules.begin(); it != s.modules.end();) {
+    auto* m = static_cast<Module*>(const_cast<void*>(*it));
+    if (m->ctx != ctx) {
+      ++it;
+      continue;
+    }
+    for (const auto& f : m->functions) functions().erase(f.second.get());
+    it = s.modules.erase(it);
+    s.live.fetch_sub(1);
+    delete m;  // launches in flight hold copies, never the module
+  }
+}
 
 void run_kernel(const KernelLaunch& k) {
   if (k.impl) {

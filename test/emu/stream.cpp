@@ -117,34 +117,14 @@ CUresult resolve_for_use(CUstream h, Stream** out) {
   return CUDA_SUCCESS;
 }
 
-CUresult create_stream(CUstream* ph, unsigned flags, int priority) {
-  if (!ph) return CUDA_ERROR_INVALID_VALUE;
-  if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
-  Context* ctx = current_context();
-  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
-  auto* st = new Stream;
-  st->kind = Stream::kCreated;
-  st->ctx = ctx;
-  st->flags = flags;
-  st->priority = std::min(kLeastPriority, std::max(kGreatestPriority, priority));
-  st->id = s.next_id++;
-  ctx->streams.push_back(st);
-  s.streams.insert(st);
-  s.live.fetch_add(1);
-  *ph = reinterpret_cast<CUstream>(st);
-  return CUDA_SUCCESS;
-}
-
 CUresult stream_create(CUstream* ph, unsigned int flags) {
   EMU_ENTER("cuStreamCreate");
-  return create_stream(ph, flags, 0);
+  return create_stream_in(nullptr, ph, flags, 0);
 }
 
 CUresult stream_create_with_priority(CUstream* ph, unsigned int flags, int priority) {
   EMU_ENTER("cuStreamCreateWithPriority");
-  return create_stream(ph, flags, priority);
+  return create_stream_in(nullptr, ph, flags, priority);
 }
 
 CUresult stream_destroy(CUstream h) {
@@ -153,16 +133,12 @@ CUresult stream_destroy(CUstream h) {
   std::lock_guard<std::mutex> lk(s.mu);
   if (!valid(s.streams, h)) return CUDA_ERROR_INVALID_HANDLE;
   auto* st = reinterpret_cast<Stream*>(h);
+  // Its context was destroyed: kept registered, it answers this (invariant 8).
+  if (st->ctx->destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   s.streams.erase(st);
   auto& v = st->ctx->streams;
   v.erase(std::remove(v.begin(), v.end(), st), v.end());
-  if (st->capture && st->capture->origin == st) {
-    discard_capture(st->capture);  // as on the H200: the capture and its payloads go
-  } else if (st->capture) {
-    invalidate(st->capture.get());
-    st->capture->streams.erase(st);
-    st->capture.reset();
-  }
+  leave_capture(st);  // as on the H200: a capture it originated goes, with its payloads
   st->destroyed = true;
   s.live.fetch_sub(1);
   if (!st->worker_running) delete st;  // else the worker frees it after draining
@@ -175,18 +151,30 @@ CUresult stream_get_ctx(CUstream h, CUcontext* pctx) {
   std::lock_guard<std::mutex> lk(state().mu);
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(h, &st)) return r;
-  *pctx = reinterpret_cast<CUcontext>(st->ctx);
+  *pctx = reinterpret_cast<CUcontext>(st->ctx);  // a green context's: its converted context
   return CUDA_SUCCESS;
 }
 
+// As on the H200: a green context's stream answers the primary context and the green context.
 CUresult stream_get_ctx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen) {
   EMU_ENTER("cuStreamGetCtx");
   if (!pctx && !pgreen) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(state().mu);
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(h, &st)) return r;
-  if (pctx) *pctx = reinterpret_cast<CUcontext>(st->ctx);
-  if (pgreen) *pgreen = nullptr;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(resource_owner(st->ctx));
+  if (pgreen) *pgreen = reinterpret_cast<CUgreenCtx>(st->ctx->green);
+  return CUDA_SUCCESS;
+}
+
+// The green context of a stream, or NULL (a stream of a primary or created context).
+CUresult stream_get_green_ctx(CUstream h, CUgreenCtx* pgreen) {
+  EMU_ENTER("cuStreamGetGreenCtx");
+  if (!pgreen) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Stream* st = nullptr;
+  if (CUresult r = resolve_stream(h, &st)) return r;
+  *pgreen = reinterpret_cast<CUgreenCtx>(st->ctx->green);
   return CUDA_SUCCESS;
 }
 
@@ -285,6 +273,39 @@ CUresult launch_host_func(CUstream h, CUhostFn fn, void* arg) {
 
 }  // namespace
 
+CUresult create_stream_in(Context* ctx, CUstream* ph, unsigned flags, int priority) {
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (!ctx) {
+    if (CUresult r = usable_current_context(&ctx)) return r;
+  } else if (ctx->destroyed) {
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
+  auto* st = new Stream;
+  st->kind = Stream::kCreated;
+  st->ctx = ctx;
+  st->flags = flags;
+  st->priority = std::min(kLeastPriority, std::max(kGreatestPriority, priority));
+  st->id = s.next_id++;
+  ctx->streams.push_back(st);
+  s.streams.insert(st);
+  s.live.fetch_add(1);
+  *ph = reinterpret_cast<CUstream>(st);
+  return CUDA_SUCCESS;
+}
+
+void leave_capture(Stream* st) {
+  if (st->capture && st->capture->origin == st) {
+    discard_capture(st->capture);  // the capture and its payloads go
+  } else if (st->capture) {
+    invalidate(st->capture.get());
+    st->capture->streams.erase(st);
+    st->capture.reset();
+  }
+}
+
 void run_host_work(const Work& w) {
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
@@ -339,13 +360,19 @@ void execute_data_work(const Work& w) {
 
 CUresult resolve_stream(CUstream h, Stream** out) {
   if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
-    Context* ctx = current_context();
-    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    Context* ctx = nullptr;
+    if (CUresult r = usable_current_context(&ctx)) return r;
+    // cuda.h (cuStreamGetCtx_v2): a green context has no per-thread stream.
+    if (h == CU_STREAM_PER_THREAD && ctx->kind == Context::kGreen) return CUDA_ERROR_INVALID_HANDLE;
     *out = h == CU_STREAM_PER_THREAD ? per_thread_stream(ctx) : ctx->legacy;
     return CUDA_SUCCESS;
   }
   if (!valid(state().streams, h)) return CUDA_ERROR_INVALID_HANDLE;
-  *out = reinterpret_cast<Stream*>(h);
+  auto* st = reinterpret_cast<Stream*>(h);
+  // A stream of a destroyed context (invariant 8). On the H200 a stream of a destroyed created
+  // context makes the driver crash; a green context's answers this.
+  if (st->ctx->destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = st;
   return CUDA_SUCCESS;
 }
 
@@ -361,9 +388,20 @@ std::vector<SignalPtr> implicit_deps(Stream* st) {
   return v;
 }
 
+namespace {
+// Adds the context waits (cuCtxWaitEvent, cuGreenCtxWaitEvent) of c to op, pruning done ones.
+void add_context_waits(Context* c, Op& op) {
+  auto& w = c->waits;
+  w.erase(std::remove_if(w.begin(), w.end(), [](const SignalPtr& p) { return p->done; }), w.end());
+  op.deps.insert(op.deps.end(), w.begin(), w.end());
+}
+}  // namespace
+
 void push_op(Stream* st, Op op) {
   State& s = state();
   for (auto& d : implicit_deps(st)) op.deps.push_back(std::move(d));
+  add_context_waits(st->ctx, op);
+  if (st->ctx->kind == Context::kGreen) add_context_waits(resource_owner(st->ctx), op);
   if (!op.done) op.done = std::make_shared<Signal>();
   st->tail = op.done;
   st->queue.push_back(std::move(op));
@@ -420,6 +458,7 @@ void register_stream_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuStreamDestroy, 4000, stream_destroy),
                  EMU_ENTRY(cuStreamGetCtx, 9020, stream_get_ctx),
                  EMU_ENTRY(cuStreamGetCtx, 12050, stream_get_ctx_v2),
+                 EMU_ENTRY(cuStreamGetGreenCtx, 12040, stream_get_green_ctx),
                  EMU_ENTRY(cuStreamGetDevice, 12080, stream_get_device),
                  EMU_ENTRY(cuStreamGetPriority, 5050, stream_get_priority),
                  EMU_ENTRY(cuStreamGetFlags, 5050, stream_get_flags),
