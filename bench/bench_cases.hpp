@@ -21,6 +21,12 @@ void add_stream_cases(std::vector<Case>& cases);
 /// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
 
+/// Stream operations on streams of a created and a green context (that context current, and
+/// the primary one), wrapping a green-context stream, and a stream scope that switches the
+/// context (docs/performance.md). Device 0. Declares the cases only; the green rows are
+/// skipped, with the reason, where the driver has no green contexts.
+void add_context_cases(std::vector<Case>& cases);
+
 /// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
 /// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),
 /// after it the gate opens and the stream is synchronized (both untimed). So an enqueueing

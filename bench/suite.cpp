@@ -327,6 +327,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   add_stream_cases(cases);
   add_graph_cases(cases);
+  add_context_cases(cases);
   return cases;
 }
 

@@ -2,10 +2,17 @@
 // docs/design/contexts.md.
 #include "context.hpp"
 
+#include <memory>
 #include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "custream/context_scope.hpp"
+#include "custream/device.hpp"
 #include "custream/error.hpp"
+#include "custream/event.hpp"
+#include "custream/sm_resource.hpp"
 
 namespace custream::detail {
 
@@ -60,6 +67,16 @@ CUcontext current_primary_context() {
 
 namespace custream {
 
+ContextScope::ContextScope(const Context& context)
+    : kept_(detail::nonempty(context, "custream::ContextScope")) {
+  using detail::DriverApi;
+  detail::call<&DriverApi::cuCtxGetCurrent>({}, &previous_);
+  if (previous_ == context.handle()) return;
+  detail::call<&DriverApi::cuCtxSetCurrent>(
+      {detail::Subject::What::context, context.handle(), context.device_id()}, context.handle());
+  switched_ = true;
+}
+
 ContextScope::ContextScope(CUcontext context) {
   using detail::DriverApi;
   detail::call<&DriverApi::cuCtxGetCurrent>({}, &previous_);
@@ -76,6 +93,241 @@ ContextScope::~ContextScope() {
     detail::release_call<&detail::DriverApi::cuCtxSetCurrent>("context (restoring it)", previous_,
                                                               previous_);
   }
+}
+
+}  // namespace custream
+
+namespace custream {
+
+using detail::DriverApi;
+
+// --- Context (contexts.md, invariants 3-6) ---
+
+namespace detail {
+
+ContextOwner::~ContextOwner() {
+  if (green != nullptr) {
+    // The driver leaves a destroyed green context current, a dangling handle that aborts the
+    // process when made current again (measured on the H200): leave none current instead
+    // (invariant 5). A created context is popped by the driver itself.
+    CUcontext current = nullptr;
+    const bool was_current = converted != nullptr &&
+                             release_call<&DriverApi::cuCtxGetCurrent>("green context", green,
+                                                                       &current) == CUDA_SUCCESS &&
+                             current == converted;
+    release_call<&DriverApi::cuGreenCtxDestroy>("green context", green, green);
+    if (was_current) {
+      release_call<&DriverApi::cuCtxSetCurrent>("context (leaving none current)", converted,
+                                                static_cast<CUcontext>(nullptr));
+    }
+  } else if (created != nullptr) {
+    release_call<&DriverApi::cuCtxDestroy>("context", created, created);
+  }
+}
+template struct Refs<ContextOwner>;
+
+namespace {
+Subject subject_of(CUcontext context, int device) noexcept {
+  return {Subject::What::context, context, device};
+}
+
+}  // namespace
+
+const Context& nonempty(const Context& context, const char* call) {
+  if (!context) {
+    throw Error(CUDA_ERROR_INVALID_CONTEXT, call, "empty custream::Context",
+                "the Context holds no context (default-constructed or moved from)");
+  }
+  return context;
+}
+
+// Primary or created, for a context of `device` that is not green (invariant 3): the primary
+// context is retained for the comparison only when it is active (retaining an inactive one
+// would create it, a large allocation on the device).
+ContextKind context_kind(const Loaded& l, CUcontext context, int device) {
+  CUcontext primary = l.devices[device].primary.load(std::memory_order_acquire);
+  if (primary == nullptr) {
+    unsigned flags = 0;
+    int active = 0;
+    call<&DriverApi::cuDevicePrimaryCtxGetState>(device_subject(device), l.devices[device].device,
+                                                 &flags, &active);
+    if (active == 0) return ContextKind::created;
+    primary = primary_context(l, device);
+  }
+  return primary == context ? ContextKind::primary : ContextKind::created;
+}
+
+}  // namespace detail
+
+const char* to_string(ContextKind kind) noexcept {
+  switch (kind) {
+    case ContextKind::primary:
+      return "primary";
+    case ContextKind::created:
+      return "created";
+    case ContextKind::green:
+      return "green";
+  }
+  return "unknown";
+}
+
+Context Context::create(const Device& device, unsigned flags) {
+  const detail::Loaded& l = detail::loaded();
+  detail::entry<&DriverApi::cuCtxCreate>(l.api);  // an older driver: say so first
+  detail::entry<&DriverApi::cuCtxPopCurrent>(l.api);
+  auto owner = std::make_unique<detail::ContextOwner>();  // first: a failure leaks nothing
+  CUcontext context = nullptr;
+  if (CUresult r = l.api.cuCtxCreate(&context, flags, device.handle()); r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuCtxCreate>(r, detail::device_subject(device.ordinal()),
+                                          "flags " + std::to_string(flags));
+  }
+  owner->created = context;  // destroyed with the owner from here on
+  // The driver pushed it: pop it, so that what was current stays current (invariant 4).
+  CUcontext popped = nullptr;
+  detail::call<&DriverApi::cuCtxPopCurrent>(detail::subject_of(context, device.ordinal()), &popped);
+  Context c(context, nullptr, device.ordinal(), ContextKind::created);
+  c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
+  return c;
+}
+
+Context Context::create_green(const SmResource& sms) {
+  return create_green(std::vector<SmResource>{sms});
+}
+
+Context Context::create_green(const std::vector<SmResource>& sms) {
+  if (sms.empty()) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green", {},
+                "no SM groups given (split them with Device::split_sms)");
+  }
+  const int device = sms.front().device_id();
+  std::vector<CUdevResource> resources;
+  for (const SmResource& group : sms) {
+    if (group.device_id() != device || group.sm_count() == 0) {
+      throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green",
+                  detail::subject_text(detail::device_subject(device)),
+                  group.sm_count() == 0
+                      ? std::string("an SM group is empty")
+                      : "an SM group belongs to device " + std::to_string(group.device_id()) +
+                            ", another to device " + std::to_string(device) +
+                            "; a green context has the SMs of one device");
+    }
+    resources.push_back(group.native());
+  }
+  const detail::Loaded& l = detail::loaded();
+  const detail::Subject subject = detail::device_subject(device);
+  CUdevResourceDesc desc = nullptr;
+  if (CUresult r = detail::try_call<&DriverApi::cuDevResourceGenerateDesc>(
+          &desc, resources.data(), static_cast<unsigned>(resources.size()));
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuDevResourceGenerateDesc>(
+        r, subject, std::to_string(resources.size()) + " SM group(s)");
+  }
+  auto owner = std::make_unique<detail::ContextOwner>();
+  CUgreenCtx green = nullptr;
+  if (CUresult r = detail::try_call<&DriverApi::cuGreenCtxCreate>(
+          &green, desc, l.devices[device].device, unsigned{CU_GREEN_CTX_DEFAULT_STREAM});
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuGreenCtxCreate>(r, subject);
+  }
+  owner->green = green;  // destroyed with the owner from here on
+  CUcontext context = nullptr;
+  detail::call<&DriverApi::cuCtxFromGreenCtx>(subject, &context, green);
+  owner->converted = context;
+  Context c(context, green, device, ContextKind::green);
+  c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
+  return c;
+}
+
+Context Context::wrap(CUcontext context) {
+  if (context == nullptr) {
+    throw Error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {}, "the CUcontext is null");
+  }
+  const detail::Loaded& l = detail::loaded();
+  if (const int d = detail::known_primary_device(l, context); d >= 0) {
+    return Context(context, nullptr, d, ContextKind::primary);
+  }
+  if (l.api.cuStreamGetCtx_v2 != nullptr) {  // a converted green context: ask with it current
+    ContextScope scope(context);
+    CUcontext parent = nullptr;
+    CUgreenCtx green = nullptr;
+    detail::call<&DriverApi::cuStreamGetCtx_v2>({detail::Subject::What::context, context, -1},
+                                                static_cast<CUstream>(nullptr), &parent, &green);
+    if (green != nullptr) {
+      return Context(context, green, detail::device_of_context(parent), ContextKind::green);
+    }
+  }
+  const int device = detail::device_of_context(context);
+  return Context(context, nullptr, device, detail::context_kind(l, context, device));
+}
+
+Context Context::wrap(CUgreenCtx green) {
+  if (green == nullptr) {
+    throw Error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {},
+                "the CUgreenCtx is null");
+  }
+  CUcontext context = nullptr;
+  detail::call<&DriverApi::cuCtxFromGreenCtx>({detail::Subject::What::context, green, -1}, &context,
+                                              green);
+  return Context(context, green, detail::device_of_context(context), ContextKind::green);
+}
+
+Context Context::current() {
+  CUcontext context = nullptr;
+  detail::call<&DriverApi::cuCtxGetCurrent>({}, &context);
+  return context == nullptr ? Context() : wrap(context);
+}
+
+unsigned Context::sm_count() const {
+  detail::nonempty(*this, "cuCtxGetDevResource");
+  CUdevResource resource{};
+  detail::call<&DriverApi::cuCtxGetDevResource>(detail::subject_of(handle_, device_), handle_,
+                                                &resource, CU_DEV_RESOURCE_TYPE_SM);
+  return resource.sm.smCount;
+}
+
+void Context::record(const Event& event) const {
+  detail::nonempty(*this, "custream::Context::record");
+  if (green_ != nullptr) {
+    detail::call<&DriverApi::cuGreenCtxRecordEvent>(detail::subject_of(handle_, device_), green_,
+                                                    event.handle());
+  } else {
+    detail::call<&DriverApi::cuCtxRecordEvent>(detail::subject_of(handle_, device_), handle_,
+                                               event.handle());
+  }
+  event.mark_recorded();
+}
+
+void Context::wait(const Event& event) const {
+  detail::nonempty(*this, "custream::Context::wait");
+  if (green_ != nullptr) {
+    detail::call<&DriverApi::cuGreenCtxWaitEvent>(detail::subject_of(handle_, device_), green_,
+                                                  event.handle());
+  } else {
+    detail::call<&DriverApi::cuCtxWaitEvent>(detail::subject_of(handle_, device_), handle_,
+                                             event.handle());
+  }
+}
+
+void Context::synchronize() const {
+  detail::nonempty(*this, "cuCtxSynchronize");
+  ContextScope scope(*this);
+  detail::call<&DriverApi::cuCtxSynchronize>(detail::subject_of(handle_, device_));
+}
+
+void Context::make_current() const {
+  detail::nonempty(*this, "cuCtxSetCurrent");
+  detail::call<&DriverApi::cuCtxSetCurrent>(detail::subject_of(handle_, device_),
+                                            static_cast<CUcontext>(handle_));
+}
+
+std::string Context::to_string() const {
+  if (handle_ == nullptr) return "<Context (empty)>";
+  return std::string("<Context ") + detail::pointer_text(handle_) + " (" +
+         custream::to_string(kind_) + ", device " + std::to_string(device_) + ")>";
+}
+
+std::ostream& operator<<(std::ostream& out, const Context& context) {
+  return out << context.to_string();
 }
 
 }  // namespace custream

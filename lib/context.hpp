@@ -5,3 +5,25 @@
 
 #include "custream/context_scope.hpp"
 #include "driver.hpp"
+#include "shared.hpp"
+
+namespace custream::detail {
+
+/// The owner of a context custream created: a cuCtxCreate context (`created`) or a green
+/// context (`green`), destroyed with the last reference (docs/design/contexts.md, invariant 5).
+/// `context`, unless it is empty: then throws Error (CUDA_ERROR_INVALID_CONTEXT) naming `call`.
+const Context& nonempty(const Context& context, const char* call);
+
+/// Primary or created: the kind of `context`, a context of `device` that is not green.
+/// Retains the device's primary context for the comparison only when it is active.
+/// @throws Error on a driver failure.
+ContextKind context_kind(const Loaded& l, CUcontext context, int device);
+
+struct ContextOwner : Counted {
+  ~ContextOwner();
+  CUcontext created = nullptr;
+  CUgreenCtx green = nullptr;
+  CUcontext converted = nullptr;  // a green context's CUcontext (cuCtxFromGreenCtx)
+};
+
+}  // namespace custream::detail

@@ -49,8 +49,17 @@ Stream* init_current_streams() {
 Stream current_stream_slow(int device_id) {
   const Loaded& l = loaded();
   if (device_id == -1) return current_slot(current_device_ordinal(l));
-  (void)Device(device_id);  // throws the out-of-range error
+  (void)Device(device_id);         // throws the out-of-range error
   return current_slot(device_id);  // a valid ordinal on this thread's first use
+}
+
+void push_context(CUcontext context, int device) {
+  call<&DriverApi::cuCtxPushCurrent>({Subject::What::context, context, device}, context);
+}
+
+void pop_context() noexcept {
+  CUcontext popped = nullptr;
+  release_call<&DriverApi::cuCtxPopCurrent>("context (popping a stream scope's)", nullptr, &popped);
 }
 
 }  // namespace detail

@@ -46,7 +46,8 @@ bool Device::primary_context_active() const {
 }
 
 void Device::make_current() const {
-  detail::call<&DriverApi::cuCtxSetCurrent>(detail::device_subject(ordinal_), primary_context());
+  detail::call<&DriverApi::cuCtxSetCurrent>(detail::device_subject(ordinal_),
+                                            primary_context().handle());
 }
 
 }  // namespace custream

@@ -13,12 +13,17 @@ using detail::DriverApi;
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : DeviceBuffer(bytes, Device::current()) {}
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes, Device device) : bytes_(bytes) {
-  ContextScope scope(detail::primary_context(detail::loaded(), device.ordinal()));
+DeviceBuffer::DeviceBuffer(std::size_t bytes, Device device)
+    : DeviceBuffer(bytes, device.primary_context()) {}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes, const Context& context) : bytes_(bytes) {
+  ContextScope scope(detail::nonempty(context, "cuMemAlloc"));
   if (CUresult r = detail::try_call<&DriverApi::cuMemAlloc>(&ptr_, bytes); r != CUDA_SUCCESS) {
-    detail::fail<&DriverApi::cuMemAlloc>(r, detail::device_subject(device.ordinal()),
-                                         std::to_string(bytes) + " bytes");
+    detail::fail<&DriverApi::cuMemAlloc>(
+        r, {detail::Subject::What::context, context.handle(), context.device_id()},
+        std::to_string(bytes) + " bytes");
   }
+  if (context.owned()) keep_ = context;
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& stream)
@@ -28,7 +33,10 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& stream)
   const int device =
       stream.device_id() >= 0 ? stream.device_id() : detail::current_device_ordinal(l);
   device_ = device;
-  ContextScope scope(detail::primary_context(l, device));
+  // In the stream's own context (a created or green one too); a special handle's is the
+  // current device's primary context.
+  ContextScope scope(stream.context() != nullptr ? stream.context()
+                                                 : detail::primary_context(l, device));
   if (CUresult r = detail::try_call<&DriverApi::cuMemAllocAsync>(&ptr_, bytes, stream.handle());
       r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, "cuMemAllocAsync", stream, std::to_string(bytes) + " bytes");
@@ -40,7 +48,8 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
       bytes_(other.bytes_),
       stream_(std::move(other.stream_)),
       device_(other.device_),
-      ordered_(other.ordered_) {
+      ordered_(other.ordered_),
+      keep_(std::move(other.keep_)) {
   other.ptr_ = 0;
   other.bytes_ = 0;
 }
@@ -53,6 +62,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     stream_ = std::move(other.stream_);
     device_ = other.device_;
     ordered_ = other.ordered_;
+    keep_ = std::move(other.keep_);
     other.ptr_ = 0;
     other.bytes_ = 0;
   }
@@ -83,6 +93,7 @@ void DeviceBuffer::reset() noexcept {
   bytes_ = 0;
   stream_ = Stream();
   ordered_ = false;
+  keep_ = Context();  // after the free: the context goes last
 }
 
 }  // namespace custream

@@ -97,7 +97,7 @@ std::string subject_text(const Subject& subject) {
     case What::module:
       return "module " + pointer_text(subject.handle) + device;
     case What::context:
-      return "context " + pointer_text(subject.handle);
+      return "context " + pointer_text(subject.handle) + (subject.device >= 0 ? device : "");
   }
   return {};
 }

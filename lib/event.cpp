@@ -64,12 +64,13 @@ EventFlags checked(EventFlags flags) {
 template <typename Create>
 Event::Event(int device, CUcontext context, EventFlags flags, Create create)
     : device_(device), flags_(flags) {
-  ContextScope scope(context != nullptr ? context
-                                        : detail::primary_context(detail::loaded(), device));
+  if (context == nullptr) context = detail::primary_context(detail::loaded(), device);
+  ContextScope scope(context);
   auto owner = std::make_unique<detail::EventOwner>(nullptr);  // first: nothing to leak
   CUevent event = nullptr;
   create(&event);
   owner->event = event;
+  owner->context = context;
   handle_ = event;
   owner_ = detail::Shared<detail::EventOwner>(owner.release());
 }
@@ -78,6 +79,12 @@ Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flag
 
 Event::Event(Device device, EventFlags flags)
     : Event(in_context(device.ordinal(), nullptr, checked(flags))) {}
+
+Event::Event(const Context& context, EventFlags flags)
+    : Event(in_context(detail::nonempty(context, "custream::Event").device_id(), context.handle(),
+                       checked(flags))) {
+  if (context.owned()) owner_.get()->keep = context;
+}
 
 Event Event::in_context(int device, CUcontext context, EventFlags flags) {
   return Event(device, context, flags, [&](CUevent* event) {
@@ -98,9 +105,10 @@ Event Event::open_ipc(const CUipcEventHandle& handle) {
 void Event::record() {
   const Stream stream = current_stream(device_);
   if (!stream.is_special()) return record(stream);
-  // A special handle means "the current context", which may be another device's: record in
-  // the context this event was made in (invariant 3).
-  ContextScope scope(detail::primary_context(detail::loaded(), device_));
+  // A special handle means "the current context", which may be another device's or another
+  // context of this device: record in the context this event was made in (invariant 3).
+  ContextScope scope(owner_ ? owner_.get()->context
+                            : detail::primary_context(detail::loaded(), device_));
   record(stream);
 }
 
@@ -144,8 +152,9 @@ CUipcEventHandle Event::ipc_handle() const {
                 "the event was not created with EventFlags::interprocess");
   }
   const detail::Loaded& l = detail::loaded();
-  detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);    // an older driver: say so first
-  ContextScope scope(detail::primary_context(l, device_));  // the driver needs one current
+  detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);  // an older driver: say so first
+  ContextScope scope(owner_ ? owner_.get()->context       // the driver needs one current
+                            : detail::primary_context(l, device_));
   CUipcEventHandle handle{};
   detail::call<&DriverApi::cuIpcGetEventHandle>(event_subject(handle_, device_), &handle,
                                                 static_cast<CUevent>(handle_));

@@ -10,11 +10,11 @@
 //    in each batch's first block (BatchHead), so storing a batch never allocates. Any thread
 //    pushes (CAS, release): a freeing thread whose partial batch is full, an ending thread
 //    with its list and its partial batch, a late free as a batch of one. Only refills pop,
-//    one batch each, one at a time under Shared::mutex: the head a popper read cannot be
+//    one batch each, one at a time under PoolShared::mutex: the head a popper read cannot be
 //    popped by anyone else before its CAS, so it cannot leave and come back (no ABA problem).
 // Nothing walks a list except an ending thread (its own list, fewer than kPoolBatch blocks)
 // and pool_stats(); every other step is O(1) and touches no block but the one it moves or
-// the first block of a batch. Slabs (one batch each) are carved, under Shared::mutex, from
+// the first block of a batch. Slabs (one batch each) are carved, under PoolShared::mutex, from
 // 1 MiB anonymous mappings and never freed.
 #include <sys/mman.h>
 
@@ -93,7 +93,7 @@ struct ThreadRecord;
 // pool_stats()). Never destroyed: no static destructor (a late host function may free a
 // block, or a late thread end give its lists back, during exit), and constant-initialized,
 // so reaching it cannot allocate or throw.
-struct Shared {
+struct PoolShared {
   std::mutex mutex;                 // one popper at a time; guards the rest
   ThreadRecord* threads = nullptr;  // the open threads
   unsigned char* chunk = nullptr;   // the unused rest of the newest mapping
@@ -102,13 +102,13 @@ struct Shared {
 union SharedStorage {
   constexpr SharedStorage() : value() {}
   ~SharedStorage() {}  // leaves `value` alone
-  Shared value;
+  PoolShared value;
 };
 SharedStorage g_shared;
-Shared& shared() noexcept { return g_shared.value; }
+PoolShared& shared() noexcept { return g_shared.value; }
 
 // A new slab's storage, from the newest mapping or a new one. Caller holds the mutex.
-unsigned char* carve_slab(Shared& s) {
+unsigned char* carve_slab(PoolShared& s) {
   if (s.chunk_slabs == 0) {
     void* p =
         ::mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -136,7 +136,7 @@ PoolBlock* link_slab(unsigned char* slab) noexcept {
 PoolBlock* take_batch() {
   unsigned char* slab = nullptr;
   {
-    Shared& s = shared();
+    PoolShared& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
     BatchHead* top = g_batches.load(std::memory_order_acquire);
     while (top != nullptr &&
@@ -171,7 +171,7 @@ thread_local std::atomic<std::size_t> t_freed_count __attribute__((tls_model("in
 // by the thread's first refill or first free.
 struct ThreadRecord {
   ThreadRecord() noexcept {
-    Shared& s = shared();
+    PoolShared& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
     next = s.threads;
     if (next != nullptr) next->prev = this;
@@ -194,15 +194,15 @@ struct ThreadRecord {
       push_batch(first, t_freed_count.load(std::memory_order_relaxed));
       t_freed_count.store(0, std::memory_order_relaxed);
     }
-    Shared& s = shared();
+    PoolShared& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
     (prev != nullptr ? prev->next : s.threads) = next;
     if (next != nullptr) next->prev = prev;
   }
 
   const std::atomic<std::size_t>* freed_count = &t_freed_count;
-  ThreadRecord* prev = nullptr;  // guarded by Shared::mutex
-  ThreadRecord* next = nullptr;  // guarded by Shared::mutex
+  ThreadRecord* prev = nullptr;  // guarded by PoolShared::mutex
+  ThreadRecord* next = nullptr;  // guarded by PoolShared::mutex
 };
 
 // Registers this thread's ThreadRecord (its thread-exit hand-back).
@@ -260,7 +260,7 @@ PoolStats pool_stats() noexcept {
   stats.pooled = kPooled;
   for (PoolBlock* p = t_pool_free; p != nullptr; p = p->next) ++stats.thread_held;
   {
-    Shared& s = shared();
+    PoolShared& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);  // no batch is popped meanwhile
     // Batches below the head stay put: pushes only add above it.
     for (BatchHead* b = g_batches.load(std::memory_order_acquire); b != nullptr;

@@ -29,10 +29,19 @@ void Kernel::launch_failed(CUresult r, StreamRef stream, Dim3 grid, Dim3 block,
   auto dims = [](Dim3 d) {
     return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
   };
-  detail::throw_stream_error(r, "cuLaunchKernel", stream,
-                             "kernel " + detail::pointer_text(function_) + ", grid " + dims(grid) +
-                                 ", block " + dims(block) + ", " + std::to_string(shared_bytes) +
-                                 " bytes of shared memory");
+  std::string why = "kernel " + detail::pointer_text(function_) + ", grid " + dims(grid) +
+                    ", block " + dims(block) + ", " + std::to_string(shared_bytes) +
+                    " bytes of shared memory";
+  const CUcontext loaded_in = module_.context();
+  if (r == CUDA_ERROR_INVALID_HANDLE && loaded_in != nullptr && stream.context() != nullptr &&
+      loaded_in != stream.context()) {
+    // A function belongs to the context its module was loaded in (contexts.md, invariant 6).
+    why += "; the kernel's module was loaded in context " + detail::pointer_text(loaded_in) +
+           " but the stream belongs to the " + to_string(stream.context_kind()) + " context " +
+           detail::pointer_text(stream.context()) +
+           ": load the module into the stream's context (Module::from_ptx(ptx, context))";
+  }
+  detail::throw_stream_error(r, "cuLaunchKernel", stream, std::move(why));
 }
 
 }  // namespace custream

@@ -38,11 +38,15 @@ template struct Refs<ModuleOwner>;
 
 using detail::DriverApi;
 
-Module Module::load(const void* image, int device_id, const char* what) {
+Context Module::context_for(int device_id) {
   const detail::Loaded& l = detail::loaded();
-  const int device =
-      device_id == -1 ? detail::current_device_ordinal(l) : Device(device_id).ordinal();
-  const CUcontext context = detail::primary_context(l, device);
+  return Device(device_id == -1 ? detail::current_device_ordinal(l) : device_id).primary_context();
+}
+
+Module Module::load(const void* image, const Context& where, const char* what) {
+  const detail::Loaded& l = detail::loaded();
+  const int device = detail::nonempty(where, "cuModuleLoadDataEx").device_id();
+  const CUcontext context = where.handle();
   ContextScope scope(context);
 
   char error_log[8192] = {};
@@ -56,14 +60,16 @@ Module Module::load(const void* image, int device_id, const char* what) {
   const CUresult r = l.api.cuModuleLoadDataEx(&module, image, 4u, options, values);
   if (r != CUDA_SUCCESS) {
     error_log[sizeof error_log - 1] = '\0';
-    std::string detail = std::string("loading ") + what;
+    std::string detail = std::string("loading ") + what + " into the " + to_string(where.kind()) +
+                         " context " + detail::pointer_text(context);
     if (error_log[0] != '\0') detail += "; JIT error log:\n" + std::string(error_log);
     detail::fail<&DriverApi::cuModuleLoadDataEx>(r, detail::device_subject(device),
                                                  std::move(detail));
   }
   Module m;
   try {
-    m.owner_ = detail::Shared<detail::ModuleOwner>(new detail::ModuleOwner{{}, module, context});
+    m.owner_ = detail::Shared<detail::ModuleOwner>(
+        new detail::ModuleOwner{{}, module, context, where.owned() ? where : Context()});
   } catch (...) {
     detail::release_call<&DriverApi::cuModuleUnload>("module", module, module);
     throw;
@@ -73,19 +79,29 @@ Module Module::load(const void* image, int device_id, const char* what) {
   return m;
 }
 
+CUcontext Module::context() const noexcept { return owner_ ? owner_.get()->context : nullptr; }
+
 Module Module::from_ptx(std::string_view ptx, int device_id) {
+  return from_ptx(ptx, context_for(device_id));
+}
+
+Module Module::from_ptx(std::string_view ptx, const Context& context) {
   const std::string text(ptx);  // the driver needs it NUL-terminated
-  return load(text.c_str(), device_id, "PTX text");
+  return load(text.c_str(), context, "PTX text");
 }
 
 Module Module::from_image(const void* image, int device_id) {
+  return from_image(image, context_for(device_id));
+}
+
+Module Module::from_image(const void* image, const Context& context) {
   if (image == nullptr) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Module::from_image", {}, "the image is null");
   }
-  return load(image, device_id, "a module image");
+  return load(image, context, "a module image");
 }
 
-Module Module::from_file(const std::string& path, int device_id) {
+std::string Module::read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Module::from_file", path,
@@ -97,7 +113,17 @@ Module Module::from_file(const std::string& path, int device_id) {
                 "cannot read the file");
   }
   bytes.push_back('\0');  // PTX files need the terminator; images ignore it (invariant 2)
-  return load(bytes.data(), device_id, ("file " + path).c_str());
+  return bytes;
+}
+
+Module Module::from_file(const std::string& path, int device_id) {
+  const std::string bytes = read_file(path);  // before the device: a missing file says so
+  return load(bytes.data(), context_for(device_id), ("file " + path).c_str());
+}
+
+Module Module::from_file(const std::string& path, const Context& context) {
+  const std::string bytes = read_file(path);
+  return load(bytes.data(), context, ("file " + path).c_str());
 }
 
 Kernel Module::kernel(const std::string& name) const {

@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include "custream/context.hpp"
 #include "shared.hpp"
 
 namespace custream::detail {
@@ -13,6 +14,7 @@ struct ModuleOwner : Counted {
   ~ModuleOwner();
   CUmodule module = nullptr;
   CUcontext context = nullptr;
+  Context keep;  // an owned context outlives its modules (contexts.md, invariant 5)
 };
 
 }  // namespace custream::detail

@@ -45,9 +45,11 @@ struct StreamOwner;
 struct EventOwner;
 struct GraphOwner;
 struct ModuleOwner;
+struct ContextOwner;
 extern template struct Refs<StreamOwner>;
 extern template struct Refs<EventOwner>;
 extern template struct Refs<GraphOwner>;
 extern template struct Refs<ModuleOwner>;
+extern template struct Refs<ContextOwner>;
 
 }  // namespace custream::detail

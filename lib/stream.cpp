@@ -93,15 +93,23 @@ StreamRef StreamRef::wrap(CUstream handle, int device_id) {
   // Infer once, capture-safely (streams.md, invariant 3).
   const DriverApi& api = detail::api();
   const detail::Subject subject{detail::Subject::What::stream, handle, device_id};
+  CUgreenCtx green = nullptr;
   if (api.cuStreamGetCtx_v2 != nullptr) {
-    CUgreenCtx green = nullptr;
     if (CUresult r = api.cuStreamGetCtx_v2(handle, &ref.context_, &green); r != CUDA_SUCCESS) {
       detail::fail<&DriverApi::cuStreamGetCtx_v2>(r, subject);
     }
   } else if (CUresult r = api.cuStreamGetCtx(handle, &ref.context_); r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuStreamGetCtx>(r, subject);
   }
+  // For a green-context stream the driver names the device's primary context and the green
+  // context: keep the green context's own CUcontext, the one to make current for it.
   ref.device_ = detail::device_of_context(ref.context_);
+  if (green != nullptr) {
+    detail::call<&DriverApi::cuCtxFromGreenCtx>(subject, &ref.context_, green);
+    ref.context_kind_ = ContextKind::green;
+  } else {
+    ref.context_kind_ = detail::context_kind(detail::loaded(), ref.context_, ref.device_);
+  }
   if (device_id != -1 && device_id != ref.device_) {
     throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
                 "stream " + detail::pointer_text(handle),
@@ -109,6 +117,14 @@ StreamRef StreamRef::wrap(CUstream handle, int device_id) {
                     std::to_string(ref.device_) + " (cuStreamGetCtx)");
   }
   return ref;
+}
+
+CUgreenCtx StreamRef::green_context() const {
+  if (context_kind_ != ContextKind::green) return nullptr;
+  CUcontext context = nullptr;
+  CUgreenCtx green = nullptr;
+  detail::on<&DriverApi::cuStreamGetCtx_v2>(*this, handle_, &context, &green);
+  return green;
 }
 
 int StreamRef::priority() const {
@@ -142,6 +158,27 @@ Event StreamRef::record() const {
                              : Event(Device::current());
   record(event);
   return event;
+}
+
+void StreamRef::record_failed(const Event& event, CUresult first) const {
+  std::optional<ContextScope> scope;
+  CUresult r = first;
+  if (detail::retry_special(first, is_special(), scope)) {
+    r = detail::api().cuEventRecord(event.handle(), handle_);
+  }
+  if (r == CUDA_SUCCESS) return;
+  std::string why =
+      detail::subject_text({detail::Subject::What::event, event.handle(), event.device_id()});
+  if (device_ >= 0 && event.device_id() != device_) {
+    why += ": the event belongs to device " + std::to_string(event.device_id()) +
+           " and the stream to device " + std::to_string(device_) +
+           "; record it on a stream of its own device (waiting across devices works)";
+  } else if (context_ != nullptr && event.context() != nullptr && event.context() != context_) {
+    why += " of context " + detail::pointer_text(event.context()) + ", the stream's context is " +
+           detail::pointer_text(context_) + " (" + custream::to_string(context_kind_) +
+           "): an event of a created context records only on that context's streams";
+  }
+  detail::throw_stream_error(r, "cuEventRecord", *this, std::move(why));
 }
 
 void StreamRef::wait(StreamRef other) const { wait_event(other.record()); }
@@ -180,30 +217,49 @@ std::ostream& operator<<(std::ostream& out, const StreamRef& stream) {
 
 Stream::Stream(StreamFlags flags, int priority) : Stream(Device::current(), flags, priority) {}
 
-Stream::Stream(Device device, StreamFlags stream_flags, int priority) {
+Stream::Stream(Device device, StreamFlags flags, int priority)
+    : Stream(device.primary_context(), flags, priority) {}
+
+Stream::Stream(const Context& context, StreamFlags stream_flags, int priority) {
   if ((static_cast<unsigned>(stream_flags) & ~static_cast<unsigned>(StreamFlags::non_blocking)) !=
       0) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream", {},
                 "unknown StreamFlags bits " + std::to_string(static_cast<unsigned>(stream_flags)) +
                     " (known: non_blocking)");
   }
-  const bool non_blocking = stream_flags == StreamFlags::non_blocking;
-  const int ordinal = device.ordinal();
-  const CUcontext context = detail::primary_context(detail::loaded(), ordinal);
-  ContextScope scope(context);
+  detail::nonempty(context, "custream::Stream");
+  const bool green = context.kind() == ContextKind::green;
+  const bool non_blocking = green || stream_flags == StreamFlags::non_blocking;
   const unsigned flags = non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+  const int ordinal = context.device_id();
+  const detail::Subject subject{detail::Subject::What::context, context.handle(), ordinal};
   auto owner = std::make_unique<detail::StreamOwner>();  // first: a failure leaks no handle
   CUstream handle = nullptr;
-  if (CUresult r =
-          detail::try_call<&DriverApi::cuStreamCreateWithPriority>(&handle, flags, priority);
-      r != CUDA_SUCCESS) {
-    detail::fail<&DriverApi::cuStreamCreateWithPriority>(
-        r, detail::device_subject(ordinal),
-        "flags " + std::to_string(flags) + ", priority " + std::to_string(priority));
+  if (green) {  // no context switch: the driver takes the green context
+    if (CUresult r = detail::try_call<&DriverApi::cuGreenCtxStreamCreate>(
+            &handle, context.green_handle(), flags, priority);
+        r != CUDA_SUCCESS) {
+      detail::fail<&DriverApi::cuGreenCtxStreamCreate>(r, subject,
+                                                       "green context, flags " +
+                                                           std::to_string(flags) + ", priority " +
+                                                           std::to_string(priority));
+    }
+  } else {
+    ContextScope scope(context.handle());
+    if (CUresult r =
+            detail::try_call<&DriverApi::cuStreamCreateWithPriority>(&handle, flags, priority);
+        r != CUDA_SUCCESS) {
+      detail::fail<&DriverApi::cuStreamCreateWithPriority>(
+          r, subject,
+          std::string(custream::to_string(context.kind())) + " context, flags " +
+              std::to_string(flags) + ", priority " + std::to_string(priority));
+    }
   }
   owner->destroy = handle;
+  if (context.owned()) owner->context = context;
   owner_ = detail::Shared<detail::StreamOwner>(owner.release());
-  StreamRef::operator=(StreamRef(handle, context, ordinal, Kind::created, non_blocking));
+  StreamRef::operator=(
+      StreamRef(handle, context.handle(), ordinal, Kind::created, non_blocking, context.kind()));
 }
 
 void Stream::keep(std::shared_ptr<void> keep_alive) {

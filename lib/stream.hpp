@@ -22,6 +22,7 @@ struct StreamOwner : Counted {
   static bool take_release(StreamOwner* owner) noexcept;
   CUstream destroy = nullptr;        // created streams: destroyed with the last reference
   std::shared_ptr<void> keep_alive;  // wrappers: the caller's owner
+  Context context;  // an owned context outlives its streams (contexts.md, invariant 5)
 };
 
 }  // namespace custream::detail

@@ -67,10 +67,10 @@ TEST_CASE("the current device follows the current context", "[gpu][device]") {
     CHECK(Device::current().ordinal() == 0);  // none current: device 0
     const int last = Device::count() - 1;
     Device(last).make_current();
-    CHECK(current_context() == Device(last).primary_context());
+    CHECK(current_context() == Device(last).primary_context().handle());
     CHECK(Device::current().ordinal() == last);
     // Foreign code switches contexts behind custream's back: custream agrees.
-    set_current(Device(0).primary_context());
+    set_current(Device(0).primary_context().handle());
     CHECK(Device::current().ordinal() == 0);
     set_current(nullptr);
     CHECK(Device::current().ordinal() == 0);
@@ -100,7 +100,7 @@ TEST_CASE("primary contexts are retained once and shared by all threads", "[gpu]
     std::vector<CUcontext> seen(16);
     std::vector<std::thread> threads;
     for (int t = 0; t < 16; ++t) {
-      threads.emplace_back([&, t] { seen[t] = Device(d).primary_context(); });
+      threads.emplace_back([&, t] { seen[t] = Device(d).primary_context().handle(); });
     }
     for (auto& t : threads) t.join();
     CHECK(std::set<CUcontext>(seen.begin(), seen.end()).size() == 1);
@@ -116,7 +116,7 @@ TEST_CASE("scopes restore exactly the previous context", "[gpu][device]") {
     SECTION("from none") {
       {
         DeviceScope scope(last);
-        CHECK(current_context() == Device(last).primary_context());
+        CHECK(current_context() == Device(last).primary_context().handle());
         CHECK(Device::current().ordinal() == last);
       }
       CHECK(current_context() == nullptr);
@@ -131,15 +131,15 @@ TEST_CASE("scopes restore exactly the previous context", "[gpu][device]") {
         }
         CHECK(Device::current().ordinal() == last);
       }
-      CHECK(current_context() == Device(0).primary_context());
+      CHECK(current_context() == Device(0).primary_context().handle());
     }
     SECTION("a context scope that needs no switch changes nothing") {
       Device(0).make_current();
       {
-        ContextScope scope(Device(0).primary_context());
-        CHECK(scope.previous() == Device(0).primary_context());
+        ContextScope scope(Device(0).primary_context().handle());
+        CHECK(scope.previous() == Device(0).primary_context().handle());
       }
-      CHECK(current_context() == Device(0).primary_context());
+      CHECK(current_context() == Device(0).primary_context().handle());
     }
     SECTION("restores on exceptions") {
       try {

@@ -30,7 +30,7 @@ thread_local long t_allocations = 0;
 // A stream made with the raw driver on `device`; destroyed by the caller.
 CUstream raw_stream(int device) {
   const auto& api = custream::detail::api();
-  custream::ContextScope scope(Device(device).primary_context());
+  custream::ContextScope scope(Device(device).primary_context().handle());
   CUstream s = nullptr;
   REQUIRE(api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
   return s;
@@ -81,7 +81,7 @@ TEST_CASE("wrapping infers device and context, and never destroys", "[gpu][exter
       ExternalStream s(raw);
       CHECK(s.handle() == raw);
       CHECK(s.device_id() == d);
-      CHECK(s.context() == Device(d).primary_context());
+      CHECK(s.context() == Device(d).primary_context().handle());
       CHECK(s.kind() == Stream::Kind::external);
       CHECK(s.non_blocking());
       std::ostringstream text;

@@ -179,11 +179,6 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuGetErrorName", "never called by the library (custream names results itself)"},
       {"cuDevicePrimaryCtxRelease",
        "never called by the library (primary contexts stay retained); tests and benchmarks"},
-      {"cuCtxCreate", "never called by the library; tests make created contexts with it"},
-      {"cuCtxDestroy", "never called by the library; tests make created contexts with it"},
-      {"cuCtxPushCurrent", "never called by the library; the conformance suite"},
-      {"cuCtxPopCurrent", "never called by the library; the conformance suite"},
-      {"cuCtxSynchronize", "never called by the library; the conformance suite"},
       {"cuStreamCreate", "never called by the library (it uses cuStreamCreateWithPriority)"},
       {"cuStreamGetDevice", "never called by the library: it would invalidate a capture"},
       {"cuThreadExchangeStreamCaptureMode", "never called by the library; the conformance suite"},
@@ -429,7 +424,7 @@ CUcontext current_context() {
 }
 
 CUcontext context_for(ContextAtStart c) {
-  return c == ContextAtStart::primary ? custream::Device(0).primary_context() : nullptr;
+  return c == ContextAtStart::primary ? custream::Device(0).primary_context().handle() : nullptr;
 }
 
 void set_context(ContextAtStart c) {
@@ -444,7 +439,7 @@ bool end_leftover_captures() {
   const CUcontext saved = current_context();
   bool found = false;
   for (int d = 0; d < custream::Device::count(); ++d) {
-    REQUIRE(api.cuCtxSetCurrent(custream::Device(d).primary_context()) == CUDA_SUCCESS);
+    REQUIRE(api.cuCtxSetCurrent(custream::Device(d).primary_context().handle()) == CUDA_SUCCESS);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     REQUIRE(api.cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status) == CUDA_SUCCESS);
     if (status == CU_STREAM_CAPTURE_STATUS_NONE) continue;
@@ -812,6 +807,54 @@ std::vector<Operation> operations() {
       k.launch(s, {1}, {1}, 0);
       s.synchronize();
     }
+  });
+  add("contexts: a created context with its stream, event, module, buffer and scopes", [] {
+    const custream::Context c = custream::Context::create(custream::Device(0));
+    Stream s(c, custream::StreamFlags::non_blocking);
+    const custream::ExternalStream wrapped(s.handle());
+    expect(wrapped.context_kind() == custream::ContextKind::created, "the inferred kind");
+    custream::Event e(c);
+    s.record(e);
+    wrapped.wait_event(e);
+    const custream::Event made = wrapped.record();
+    custream::DeviceBuffer plain(64, c);
+    custream::DeviceBuffer ordered(64, s);
+    const custream::Module m = custream::Module::from_ptx(
+        ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  ret;\n}\n", c);
+    m.kernel("noop").launch(s, {1}, {1}, 0);
+    {
+      custream::ContextScope scope(c);
+      expect(custream::Context::current() == c, "the scope's context");
+    }
+    {
+      custream::StreamScope scope(s);
+      s.memset(ordered.get(), 0, 64);
+    }
+    c.record(e);
+    const custream::Event primary_event(custream::Device(0));
+    custream::Device(0).primary_context().record(primary_event);
+    c.wait(primary_event);
+    c.synchronize();
+    s.synchronize();
+  });
+  add("contexts: a green context (split, create, stream, events, capture, record and wait)", [] {
+    const custream::SmSplit split = custream::Device(0).split_sms(1, 1);
+    const custream::Context g = custream::Context::create_green(split.groups.at(0));
+    expect(g.sm_count() == split.groups.at(0).sm_count(), "the green context's SMs");
+    Stream s(g);
+    const custream::ExternalStream wrapped(s.handle());
+    expect(wrapped.context_kind() == custream::ContextKind::green, "the inferred kind");
+    expect(wrapped.green_context() == g.green_handle(), "the inferred green context");
+    custream::Event e(g);
+    g.record(e);
+    g.wait(e);
+    custream::DeviceBuffer b(64, s);
+    custream::CaptureScope capture(s);
+    s.memset(b.get(), 1, 64);
+    s.launch_host_func([c = Counted{}] {});
+    custream::Graph graph = capture.end();
+    graph.launch(wrapped);
+    s.synchronize();
   });
   add("errors: the driver's description of a failed call", [] {
     try {

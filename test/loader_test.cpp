@@ -207,14 +207,15 @@ TEST_CASE("primary contexts are retained exactly once across threads", "[loader-
   for (int t = 0; t < 16 * count; ++t) {
     threads.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();
-      for (int i = 0; i < count; ++i) seen[t].push_back(devices[(t + i) % count].primary_context());
+      for (int i = 0; i < count; ++i)
+        seen[t].push_back(devices[(t + i) % count].primary_context().handle());
     });
   }
   go.store(true);
   for (auto& t : threads) t.join();
   for (int t = 0; t < 16 * count; ++t) {
     for (int i = 0; i < count; ++i) {
-      CHECK(seen[t][i] == devices[(t + i) % count].primary_context());  // one context each
+      CHECK(seen[t][i] == devices[(t + i) % count].primary_context().handle());  // one context each
     }
   }
   for (const custream::Device& device : devices) {
@@ -241,20 +242,20 @@ TEST_CASE("retaining one device's primary context does not wait for another's",
   std::string failure;
   std::thread first([&failure] {
     try {
-      (void)custream::Device(0).primary_context();
+      (void)custream::Device(0).primary_context().handle();
     } catch (const custream::Error& e) {
       failure = e.what();
     }
   });
   while (entered(0) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto begin = std::chrono::steady_clock::now();
-  CUcontext one = custream::Device(1).primary_context();
+  CUcontext one = custream::Device(1).primary_context().handle();
   const auto waited = std::chrono::steady_clock::now() - begin;
   first.join();
   CHECK(failure.empty());
   CHECK(one != nullptr);
   CHECK(waited < std::chrono::seconds(2));
-  CHECK(custream::Device(0).primary_context() != one);
+  CHECK(custream::Device(0).primary_context().handle() != one);
 }
 
 TEST_CASE("a driver whose device count throws a C++ exception: a clear error, twice",
@@ -332,7 +333,7 @@ TEST_CASE("a stream whose owner cannot be allocated leaks no CUstream",
   auto live = fake_symbol<long (*)()>("custream_fake_live_streams");
   REQUIRE(live != nullptr);
   const custream::Device device(0);
-  (void)device.primary_context();  // retained outside the failing construction
+  (void)device.primary_context().handle();  // retained outside the failing construction
   {
     custream::Stream s(device, custream::StreamFlags::non_blocking);
     CHECK(live() == 1);

@@ -36,13 +36,13 @@ TEST_CASE("streams of device 1 are wrapped as device 1 while device 0 is current
     Stream created(Device(1), custream::StreamFlags::non_blocking);
     CUstream raw = nullptr;
     {
-      custream::ContextScope scope(Device(1).primary_context());
+      custream::ContextScope scope(Device(1).primary_context().handle());
       REQUIRE(custream::detail::api().cuStreamCreate(&raw, 0) == CUDA_SUCCESS);
     }
     DeviceScope zero(0);
     CHECK(custream::ExternalStream(created.handle()).device_id() == 1);
     CHECK(custream::ExternalStream(raw).device_id() == 1);
-    CHECK(custream::ExternalStream(raw).context() == Device(1).primary_context());
+    CHECK(custream::ExternalStream(raw).context() == Device(1).primary_context().handle());
     CHECK(Device::current().ordinal() == 0);
     REQUIRE(custream::detail::api().cuStreamDestroy(raw) == CUDA_SUCCESS);
   }).join();

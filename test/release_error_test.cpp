@@ -96,7 +96,7 @@ TEST_CASE("a context scope that cannot restore the previous context reports it",
   CUcontext before = nullptr;
   REQUIRE(raw().cuCtxSetCurrent(nullptr) == CUDA_SUCCESS);
   {
-    custream::ContextScope scope(custream::Device(0).primary_context());
+    custream::ContextScope scope(custream::Device(0).primary_context().handle());
     emu_fail_call("cuCtxSetCurrent", 1, CUDA_ERROR_UNKNOWN);
   }
   expect_one(reports, "cuCtxSetCurrent", "context (restoring it) 0x");

@@ -56,7 +56,7 @@ TEST_CASE("created streams are distinct, owned, and report device, flags and pri
     CHECK(a.handle() != nullptr);
     CHECK(a.kind() == Stream::Kind::created);
     CHECK(a.device_id() == 0);  // nothing current: device 0
-    CHECK(a.context() == Device(0).primary_context());
+    CHECK(a.context() == Device(0).primary_context().handle());
     CHECK_FALSE(a.non_blocking());
     CHECK(b.non_blocking());
     CHECK(a.priority() == 0);

@@ -11,6 +11,30 @@
 
 namespace custream_tool {
 
+namespace {
+// "132; green-context groups: 15 x 8, 8 x 16, 5 x 24, …" — for each group size the driver
+// offers (its granularity, up to the whole device), how many groups fit.
+std::string sm_splits(const custream::Device& d) {
+  const int sms = d.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  std::string text = std::to_string(sms);
+  try {
+    const custream::SmResource all = d.sms();
+    std::string groups;
+    unsigned last_size = 0;
+    for (unsigned min = 1; min <= all.sm_count(); min = last_size + 1) {
+      const custream::SmSplit one = all.split(min, 1);
+      last_size = one.groups.at(0).sm_count();
+      groups += (groups.empty() ? "" : ", ") + std::to_string(all.split_count(min)) + " x " +
+                std::to_string(last_size);
+    }
+    text += "; green-context groups: " + groups;
+  } catch (const custream::Error& e) {
+    text += "; green contexts: not available (" + std::string(e.name()) + ")";
+  }
+  return text;
+}
+}  // namespace
+
 bool driver_is_emulator() {
   if (!custream::driver_available()) return false;
   void* handle = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
@@ -49,6 +73,7 @@ int info() {
                 d.name().c_str(), cc.major, cc.minor,
                 static_cast<double>(d.total_memory()) / (1024.0 * 1024.0 * 1024.0),
                 d.primary_context_active() ? "active" : "not active");
+    std::printf("     SMs: %s\n", sm_splits(d).c_str());
   }
   return 0;
 }

@@ -151,7 +151,7 @@ struct DeviceChecks {
     row(t, d, "create stream (non-blocking, priority -1)", [&] {
       stream = custream::Stream(device, custream::StreamFlags::non_blocking, -1);
       expect(stream.device_id() == d, "device_id() is " + std::to_string(stream.device_id()));
-      expect(stream.context() == device.primary_context(), "not the primary context");
+      expect(stream.context() == device.primary_context().handle(), "not the primary context");
       expect(stream.non_blocking(), "non_blocking() is false");
       const int p = stream.priority();
       expect(p <= 0 && p >= -5, "priority() read back " + std::to_string(p));
@@ -175,7 +175,7 @@ struct DeviceChecks {
       custream::Device(0).make_current();  // another device's context may be current now
       custream::ExternalStream wrapped(foreign);
       expect(wrapped.device_id() == d, "inferred device " + std::to_string(wrapped.device_id()));
-      expect(wrapped.context() == device.primary_context(), "inferred the wrong context");
+      expect(wrapped.context() == device.primary_context().handle(), "inferred the wrong context");
       wrapped.synchronize();
       expect(wrapped.done(), "a new stream is not idle");
       expect(custream::ExternalStream(foreign, d).device_id() == d, "explicit device refused");
@@ -204,6 +204,53 @@ struct DeviceChecks {
       expect(custream::current_stream(d) == before, "the scope did not restore the previous");
       expect(stream.use() == stream && custream::current_stream(d) == stream, "use() failed");
       before.use();
+    });
+
+    // One row per kind of context: a stream of it, used while the primary context is
+    // current, wrapped (kind inferred), with an event, a host function and a replayed capture.
+    const auto context_row = [&](const char* name, const std::function<custream::Context()>& make) {
+      row(t, d, name, [&] {
+        device.make_current();
+        const custream::Context context = make();
+        const CUcontext before = custream::Context::current().handle();
+        const custream::Stream s(context, custream::StreamFlags::non_blocking);
+        const custream::ExternalStream wrapped(s.handle());
+        expect(wrapped.context_kind() == context.kind() && wrapped.context() == context.handle(),
+               std::string("inferred a ") + custream::to_string(wrapped.context_kind()) +
+                   " context " + custream::to_string(context.kind()));
+        custream::DeviceBuffer cell(sizeof(int), s);
+        auto runs = std::make_shared<std::atomic<int>>(0);
+        custream::Graph g;
+        {
+          custream::CaptureScope capture(s);
+          s.memset32(cell.get(), 7, 1);
+          s.launch_host_func([runs] { runs->fetch_add(1); });
+          g = capture.end();
+        }
+        g.launch(wrapped);
+        g.launch(wrapped);
+        const custream::Event e = wrapped.record();
+        int value = 0;
+        s.copy(&value, cell.get(), sizeof value);
+        e.synchronize();
+        s.synchronize();
+        expect(value == 7 && runs->load() == 2,
+               "value " + std::to_string(value) + ", " + std::to_string(runs->load()) + " runs");
+        expect(custream::Context::current().handle() == before, "the current context changed");
+      });
+    };
+    context_row("context: primary", [&] { return device.primary_context(); });
+    context_row("context: created (cuCtxCreate)", [&] {
+      if (custream::testing::driver().cuCtxCreate == nullptr)
+        throw Skip{"the driver has no cuCtxCreate"};
+      return custream::Context::create(device);
+    });
+    context_row("context: green (one SM group)", [&] {
+      if (custream::testing::driver().cuGreenCtxStreamCreate == nullptr) {
+        throw Skip{"green contexts need a CUDA 12.5 driver"};
+      }
+      const custream::SmSplit split = device.split_sms(1, 1);
+      return custream::Context::create_green(split.groups.at(0));
     });
 
     row(t, d, "events and elapsed time", [&] {

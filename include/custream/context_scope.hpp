@@ -4,6 +4,8 @@
 
 #include <cuda.h>
 
+#include "custream/context.hpp"
+
 namespace custream {
 
 /// Makes `context` current in this thread unless it already is, and on destruction restores
@@ -13,6 +15,10 @@ class ContextScope {
  public:
   /// Makes `context` current. @throws Error when cuCtxGetCurrent or cuCtxSetCurrent fails.
   explicit ContextScope(CUcontext context);
+  /// Makes `context` current (for a green context, its converted CUcontext) and keeps an
+  /// owned context alive until the scope ends.
+  /// @throws Error (CUDA_ERROR_INVALID_CONTEXT) for an empty Context; as above otherwise.
+  explicit ContextScope(const Context& context);
   /// Restores the previous context; never throws. A failed restore is reported to the
   /// release-error handler (release_error_handler.hpp), except CUDA_ERROR_DEINITIALIZED
   /// during driver teardown.
@@ -25,6 +31,7 @@ class ContextScope {
   CUcontext previous() const noexcept { return previous_; }
 
  private:
+  Context kept_;  // an owned context stays alive while current
   CUcontext previous_ = nullptr;
   bool switched_ = false;
 };

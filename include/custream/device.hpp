@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <string>
 
+#include "custream/context.hpp"
 #include "custream/detail/driver.hpp"
+#include "custream/sm_resource.hpp"
 
 namespace custream {
 
@@ -63,12 +65,26 @@ class Device {
   /// Total memory in bytes. @throws Error on a driver failure.
   std::size_t total_memory() const;
 
-  /// The device's primary context, retained on first use (once per process, thread-safe).
-  /// @throws Error when cuDevicePrimaryCtxRetain fails.
-  CUcontext primary_context() const { return detail::primary_context(detail::loaded(), ordinal_); }
+  /// The device's primary context, retained on first use (once per process, thread-safe) and
+  /// never released behind the user's back; handle() is its CUcontext. After the first use it
+  /// costs one atomic load. @throws Error when cuDevicePrimaryCtxRetain fails.
+  Context primary_context() const {
+    return Context(detail::primary_context(detail::loaded(), ordinal_), nullptr, ordinal_,
+                   ContextKind::primary);
+  }
   /// True when the primary context is active (cuDevicePrimaryCtxGetState), retained by
   /// custream or by anybody else. @throws Error on a driver failure.
   bool primary_context_active() const;
+
+  /// All of the device's SMs (cuDeviceGetDevResource), to split into groups for green
+  /// contexts. Needs a driver of CUDA 12.4 or newer.
+  /// @throws Error naming the minimum driver when the driver lacks the call; Error on a
+  /// driver failure.
+  SmResource sms() const;
+  /// sms().split(min_count, groups, ignore_coscheduling): groups of at least `min_count` SMs
+  /// for green contexts (Context::create_green). @throws as SmResource::split().
+  SmSplit split_sms(unsigned min_count, unsigned groups = 0,
+                    bool ignore_coscheduling = false) const;
 
   /// Makes the primary context current in this thread (like cudaSetDevice).
   /// @throws Error on a driver failure.

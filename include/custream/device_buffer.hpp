@@ -23,7 +23,11 @@ class DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes);
   /// Allocates `bytes` on `device`. @throws Error on a driver failure.
   DeviceBuffer(std::size_t bytes, Device device);
-  /// Allocates `bytes` in stream order on `stream` (driver >= 11.2).
+  /// Allocates `bytes` in `context` (cuMemAlloc with it current; the calling thread's context
+  /// is restored), which the buffer keeps alive when custream owns it.
+  /// @throws Error on a driver failure; Error (CUDA_ERROR_INVALID_CONTEXT) for an empty one.
+  DeviceBuffer(std::size_t bytes, const Context& context);
+  /// Allocates `bytes` in stream order on `stream` (driver >= 11.2), in the stream's context.
   /// @throws Error on a driver failure.
   DeviceBuffer(std::size_t bytes, const Stream& stream);
 
@@ -51,6 +55,7 @@ class DeviceBuffer {
   Stream stream_;    // stream-ordered buffers only
   int device_ = -1;  // stream-ordered buffers: the device it was allocated on
   bool ordered_ = false;
+  Context keep_;  // an owned context it was allocated in: freed before the context goes
 };
 
 }  // namespace custream

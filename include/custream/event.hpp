@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "custream/context.hpp"
 #include "custream/detail/shared.hpp"
 #include "custream/device.hpp"
 #include "custream/stream_ref.hpp"
@@ -38,6 +39,8 @@ struct EventOwner {
   std::atomic<long> refs{1};
   std::atomic<bool> recorded{false};  ///< some copy recorded it (for elapsed-time errors)
   CUevent event = nullptr;
+  CUcontext context = nullptr;  ///< the context it was made in
+  Context keep;                 ///< an owned context it was made in, kept alive
 };
 }  // namespace detail
 
@@ -51,8 +54,14 @@ class Event {
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing or bits outside
   /// EventFlags, before any driver call; Error on a driver failure.
   explicit Event(EventFlags flags = EventFlags::none);
-  /// Creates an event on `device`; see Event(EventFlags).
+  /// Creates an event on `device`, in its primary context; see Event(EventFlags).
   explicit Event(Device device, EventFlags flags = EventFlags::none);
+  /// Creates an event in `context` (any kind), which the event keeps alive when custream owns
+  /// it. The calling thread's current context is left as it was. An event of a created
+  /// context can be recorded only on streams of that context; events of a device's primary
+  /// and green contexts mix freely. @throws as Event(EventFlags); Error
+  /// (CUDA_ERROR_INVALID_CONTEXT) for an empty Context.
+  explicit Event(const Context& context, EventFlags flags = EventFlags::none);
 
   /// Opens an event another process exported with ipc_handle(), on the current device.
   /// @throws Error on a driver failure.
@@ -73,14 +82,14 @@ class Event {
   CUevent handle() const noexcept { return handle_; }
   /// The device it was created on.
   int device_id() const noexcept { return device_; }
+  /// The context it was made in (null when empty).
+  CUcontext context() const noexcept { return owner_ ? owner_.get()->context : nullptr; }
   /// The flags it was created with.
   EventFlags flags() const noexcept { return flags_; }
 
   /// Records the event on the current stream of its device. When that is a special handle
-  /// (the null stream by default), it is recorded with the event's device current, not
-  /// whatever device is current in this thread. An event StreamRef::record() made in a
-  /// created context is refused (CUDA_ERROR_INVALID_HANDLE): record it on a stream of that
-  /// context. @throws Error on failure.
+  /// (the null stream by default), it is recorded with the context the event was made in
+  /// current, not whatever context is current in this thread. @throws Error on failure.
   void record();
   /// Records the event on `stream`. @throws Error on failure (naming the stream).
   void record(StreamRef stream) { stream.record(*this); }
@@ -111,6 +120,7 @@ class Event {
 
  private:
   friend class StreamRef;
+  friend class Context;
   /// Opens or creates the event in `context` (null: `device`'s primary context) with
   /// `create` (given the address of the handle to fill) and owns it.
   template <typename Create>

@@ -12,7 +12,10 @@ namespace custream {
 /// PyTorch). It never destroys the handle.
 ///
 /// With `device_id == -1` the device and context are inferred once, with cuStreamGetCtx (safe
-/// during capture: wrapping a capturing stream leaves the capture valid) and cached. An
+/// during capture: wrapping a capturing stream leaves the capture valid) and cached, together
+/// with the context's kind (context_kind(): primary, created, or green, whose CUcontext is the
+/// one the driver converts the green context to); the calling thread's current context is
+/// not changed. An
 /// explicit id must be a device ordinal in [0, Device::count()), checked before anything
 /// else; the inferred device is then checked against it. The special handles 0, 1 and 2
 /// are not inferred: their device stays -1 and follows the current device, so they take no

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "custream/context.hpp"
 #include "custream/detail/shared.hpp"
 
 namespace custream {
@@ -18,8 +19,12 @@ namespace detail {
 struct ModuleOwner;
 }  // namespace detail
 
-/// A CUDA module loaded into a device's primary context (cuModuleLoadDataEx). Copies share
-/// it; the last copy (or Kernel taken from it) unloads it.
+/// A CUDA module loaded into a context (cuModuleLoadDataEx): a device's primary context, or a
+/// Context given to the loader (kept alive by the module when custream owns it). Copies share
+/// it; the last copy (or Kernel taken from it) unloads it. Its kernels run on streams of the
+/// context it was loaded in, and of the device's green contexts when that is the primary
+/// context (green contexts share the primary context's modules); a module of a created
+/// context is usable only there.
 ///
 /// For JIT and kernel-loader tools: PTX text is compiled by the driver's JIT for the device;
 /// a failure carries the JIT's error log in the message.
@@ -37,6 +42,14 @@ class Module {
   /// Reads the file at `path` (PTX, cubin or fatbin) and loads it.
   /// @throws Error when the file cannot be read (naming it) or the load fails (JIT log).
   static Module from_file(const std::string& path, int device_id = -1);
+  /// Loads PTX text into `context`; see from_ptx(). The calling thread's current context is
+  /// left as it was. @throws as from_ptx(); Error (CUDA_ERROR_INVALID_CONTEXT) for an empty
+  /// Context.
+  static Module from_ptx(std::string_view ptx, const Context& context);
+  /// Loads an image into `context`; see from_image(). @throws as from_image().
+  static Module from_image(const void* image, const Context& context);
+  /// Loads a file into `context`; see from_file(). @throws as from_file().
+  static Module from_file(const std::string& path, const Context& context);
 
   /// Another reference to the same loaded module.
   Module(const Module& other) noexcept = default;
@@ -57,10 +70,14 @@ class Module {
   CUmodule handle() const noexcept { return module_; }
   /// The device it was loaded on (-1 when empty).
   int device_id() const noexcept { return device_; }
+  /// The context it was loaded into (null when empty).
+  CUcontext context() const noexcept;
 
  private:
   friend class Kernel;
-  static Module load(const void* image, int device_id, const char* what);
+  static Module load(const void* image, const Context& context, const char* what);
+  static Context context_for(int device_id);
+  static std::string read_file(const std::string& path);
 
   detail::MovedFrom<CUmodule> module_;
   detail::MovedFrom<int, -1> device_;

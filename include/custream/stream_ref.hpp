@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "custream/context.hpp"
 #include "custream/detail/call.hpp"
 
 namespace custream {
@@ -97,8 +98,18 @@ class StreamRef {
   CUstream handle() const noexcept { return handle_; }
   /// The device ordinal, or -1 for a special handle.
   int device_id() const noexcept { return device_; }
-  /// The stream's context, or null for a special handle.
+  /// The stream's context, or null for a special handle. For a stream of a green context it
+  /// is the CUcontext the driver converts the green context to (cuCtxFromGreenCtx), the one
+  /// custream makes current for work in that context.
   CUcontext context() const noexcept { return context_; }
+  /// What kind of context the stream belongs to (primary for a special handle). Known without
+  /// a driver call: from the Context a custream::Stream was created in, or inferred once when
+  /// a foreign stream is wrapped.
+  ContextKind context_kind() const noexcept { return context_kind_; }
+  /// The stream's green context (cuStreamGetCtx_v2, capture-safe), or null when the stream is
+  /// not of a green context (then without a driver call).
+  /// @throws Error on a driver failure.
+  CUgreenCtx green_context() const;
   /// What the handle is.
   Kind kind() const noexcept { return kind_; }
   /// True for the special handles 0, 1 and 2 (also when wrapped).
@@ -145,7 +156,8 @@ class StreamRef {
   /// @throws Error on a driver failure.
   template <typename E, typename = std::enable_if_t<std::is_same_v<E, Event>>>
   const E& record(const E& event) const {
-    detail::stream_call<&detail::DriverApi::cuEventRecord>(*this, event.handle(), handle_);
+    const CUresult r = detail::api().cuEventRecord(event.handle(), handle_);
+    if (r != CUDA_SUCCESS) record_failed(event, r);
     event.mark_recorded();
     return event;
   }
@@ -199,23 +211,29 @@ class StreamRef {
   friend class Stream;
   /// A special handle (0, 1 or 2).
   explicit StreamRef(CUstream special) noexcept : handle_(special) {}
+  /// The cold path of record(event): the special-handle retry, else Error naming the stream,
+  /// the event, and both devices and contexts when they differ.
+  [[gnu::cold]] void record_failed(const Event& event, CUresult first) const;
   /// A view with everything known.
-  StreamRef(CUstream handle, CUcontext context, int device, Kind kind, bool non_blocking) noexcept
+  StreamRef(CUstream handle, CUcontext context, int device, Kind kind, bool non_blocking,
+            ContextKind context_kind) noexcept
       : handle_(handle),
         context_(context),
         device_(device),
         kind_(kind),
-        non_blocking_(non_blocking) {}
+        non_blocking_(non_blocking),
+        context_kind_(context_kind) {}
 
   CUstream handle_ = nullptr;
   CUcontext context_ = nullptr;
   int device_ = -1;
   Kind kind_ = Kind::special;
   bool non_blocking_ = false;  // streams a custream::Stream created only
-  // Named padding: the view is 24 bytes of data, copied as whole words (with two bytes of
-  // tail padding, GCC copied 22 bytes with overlapping moves, and a copy of a Stream from the
+  ContextKind context_kind_ = ContextKind::primary;
+  // Named padding: the view is 24 bytes of data, copied as whole words (with tail padding,
+  // GCC copied 22 bytes with overlapping moves, and a copy of a Stream from the
   // current-stream slots paid a store-forwarding stall: 0.8 -> 6 ns).
-  std::uint16_t reserved_ = 0;
+  std::uint8_t reserved_ = 0;
 };
 
 /// Writes to_string().

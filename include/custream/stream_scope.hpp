@@ -17,25 +17,44 @@ namespace custream {
 /// entry instead of destroying the stream. A temporary is refused at compile time. Copies
 /// taken with current_stream() inside the scope are full references. Enter + exit cost one
 /// cuCtxGetCurrent and no atomic operation.
+///
+/// A stream of a created or green context also makes its context current for the scope
+/// (pushed onto the thread's context stack, popped on exit), so that work the scope submits to
+/// the current context lands in the stream's context, and its device is the current device
+/// inside the scope whatever was current before.
 class StreamScope {
  public:
-  /// Makes `stream` current. @throws Error when its device is not the current device
-  /// (naming both).
-  explicit StreamScope(const Stream& stream)
-      : device_(stream.device_for_use("custream::StreamScope")) {
+  /// Makes `stream` current (and its created or green context). @throws Error when the
+  /// stream is of a primary context and its device is not the current device (naming both),
+  /// or when a created or green context cannot be pushed.
+  explicit StreamScope(const Stream& stream) : device_(enter(stream)) {
     Stream& slot = detail::current_slot(device_);
     previous_ = std::move(slot);
     slot.borrow(stream);  // see detail::release(): a reference dropped meanwhile moves here
   }
   /// Refused: the scope would outlive a temporary stream.
   explicit StreamScope(Stream&&) = delete;
-  /// Restores the previous current stream. Never throws.
-  ~StreamScope() { detail::current_slot(device_).restore(std::move(previous_)); }
+  /// Restores the previous current stream (and pops the stream's context). Never throws.
+  ~StreamScope() {
+    detail::current_slot(device_).restore(std::move(previous_));
+    if (pushed_) detail::pop_context();
+  }
 
   StreamScope(const StreamScope&) = delete;
   StreamScope& operator=(const StreamScope&) = delete;
 
  private:
+  /// The device whose current stream `stream` becomes; pushes a created or green context.
+  int enter(const Stream& stream) {
+    if (stream.context_kind() == ContextKind::primary || stream.is_special()) {
+      return stream.device_for_use("custream::StreamScope");
+    }
+    detail::push_context(stream.context(), stream.device_id());
+    pushed_ = true;
+    return stream.device_id();
+  }
+
+  bool pushed_ = false;  // before device_: enter() sets it
   int device_;
   Stream previous_;
 };

@@ -39,6 +39,18 @@
   X(cuCtxPushCurrent, cuCtxPushCurrent, 4000, false)                                    \
   X(cuCtxPopCurrent, cuCtxPopCurrent, 4000, false)                                      \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, false)                                    \
+  X(cuCtxRecordEvent, cuCtxRecordEvent, 12050, false)                                   \
+  X(cuCtxWaitEvent, cuCtxWaitEvent, 12050, false)                                       \
+  X(cuCtxGetDevResource, cuCtxGetDevResource, 12040, false)                             \
+  X(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040, false)                       \
+  X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount, 12040, false)             \
+  X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040, false)                 \
+  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, false)                                   \
+  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, false)                                 \
+  X(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, false)                                 \
+  X(cuGreenCtxRecordEvent, cuGreenCtxRecordEvent, 12040, false)                         \
+  X(cuGreenCtxWaitEvent, cuGreenCtxWaitEvent, 12040, false)                             \
+  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050, false)                       \
   X(cuStreamCreate, cuStreamCreate, 2000, false)                                        \
   X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, true)                 \
   X(cuStreamDestroy, cuStreamDestroy, 4000, true)                                       \

@@ -1,0 +1,135 @@
+/// @file
+/// custream::Context: a CUDA context of any kind (primary, created, green) as a value handle.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "custream/detail/shared.hpp"
+
+namespace custream {
+
+class Device;
+class Event;
+class SmResource;
+
+/// What kind of CUDA context a Context (or a stream's context) is.
+enum class ContextKind : std::uint8_t {
+  primary,  ///< a device's primary context (what the runtime API and custream use by default)
+  created,  ///< a context made with cuCtxCreate (by custream or by the application)
+  green,    ///< a green context (cuGreenCtxCreate, CUDA 12.4+): a partition of the device's SMs
+};
+
+/// "primary", "created" or "green".
+const char* to_string(ContextKind kind) noexcept;
+
+namespace detail {
+/// Shared ownership of a context custream created (cuCtxCreate or cuGreenCtxCreate).
+struct ContextOwner;
+}  // namespace detail
+
+/// A CUDA context of one of the three kinds, knowing its device. A cheap value: copies of an
+/// owned context (Context::create, Context::create_green) share it, and the last copy destroys
+/// it; streams, events, modules and scopes made from an owned context hold a copy, so the
+/// context cannot be destroyed while they live. Wrapped contexts (Context::wrap, primary
+/// contexts) are never destroyed by custream, and copying them costs no atomic operation.
+///
+/// For a green context, handle() is the CUcontext the driver converts it to
+/// (cuCtxFromGreenCtx): the one to make current, and green_handle() is the CUgreenCtx.
+///
+/// Nothing here changes the calling thread's current context, except make_current() and
+/// ContextScope.
+class Context {
+ public:
+  /// No context.
+  Context() noexcept = default;
+
+  /// Creates a context on `device` (cuCtxCreate) with the driver's `flags` (CU_CTX_SCHED_*,
+  /// CU_CTX_MAP_HOST, …), owned by the returned value. The calling thread's current context is
+  /// left as it was (the driver pushes the new context; custream pops it).
+  /// @throws Error naming the device and flags when the driver refuses.
+  static Context create(const Device& device, unsigned flags = 0);
+  /// Creates a green context from SM groups of one device (cuDevResourceGenerateDesc, then
+  /// cuGreenCtxCreate), owned by the returned value; see Device::split_sms(). Needs a driver
+  /// of CUDA 12.4 or newer and a GPU that supports green contexts.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) for no groups or groups of different devices;
+  /// Error naming the minimum driver when the driver lacks green contexts; Error on a driver
+  /// failure.
+  static Context create_green(const std::vector<SmResource>& sms);
+  /// create_green({sms}).
+  static Context create_green(const SmResource& sms);
+
+  /// A non-owning Context of `context` (made by somebody else): its device from the driver,
+  /// kind primary when it is its device's primary context, else created. A CUcontext the
+  /// driver converted from a green context is reported as created: wrap the CUgreenCtx to
+  /// know it as green. @throws Error (CUDA_ERROR_INVALID_CONTEXT) for a null context; Error
+  /// on a driver failure.
+  static Context wrap(CUcontext context);
+  /// A non-owning Context of a green context made by somebody else.
+  /// @throws Error (CUDA_ERROR_INVALID_CONTEXT) for null; Error naming the minimum driver
+  /// when the driver lacks green contexts; Error on a driver failure.
+  static Context wrap(CUgreenCtx green);
+  /// The calling thread's current context (wrapped). An empty Context when none is current.
+  /// @throws Error on a driver failure.
+  static Context current();
+
+  /// The CUcontext (for a green context, the converted one); null when empty.
+  CUcontext handle() const noexcept { return handle_; }
+  /// The CUgreenCtx of a green context, else null.
+  CUgreenCtx green_handle() const noexcept { return green_; }
+  /// The device ordinal, -1 when empty.
+  int device_id() const noexcept { return device_; }
+  /// What kind of context it is.
+  ContextKind kind() const noexcept { return kind_; }
+  /// True when custream created it and destroys it with the last copy.
+  bool owned() const noexcept { return static_cast<bool>(owner_); }
+  /// True unless empty.
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /// The number of SMs the context may use (cuCtxGetDevResource; for a green context its
+  /// partition, else the whole device). Needs CUDA 12.4. @throws Error on a driver failure.
+  unsigned sm_count() const;
+  /// Records `event` to complete when all work submitted so far to the context's streams is
+  /// done (cuGreenCtxRecordEvent / cuCtxRecordEvent, CUDA 12.4 / 12.5). Not for use while a
+  /// stream of the context captures. @throws Error on a driver failure.
+  void record(const Event& event) const;
+  /// Makes all work submitted later to the context's streams wait for `event`
+  /// (cuGreenCtxWaitEvent / cuCtxWaitEvent). @throws Error on a driver failure.
+  void wait(const Event& event) const;
+  /// Waits until all work of the context is done (cuCtxSynchronize with it current; the
+  /// previous context is restored). @throws Error on a driver failure.
+  void synchronize() const;
+  /// Makes the context current in this thread (cuCtxSetCurrent). Prefer ContextScope, which
+  /// also keeps an owned context alive. @throws Error on a driver failure.
+  void make_current() const;
+
+  /// "<Context 0x… (green, device 0)>".
+  std::string to_string() const;
+
+  /// Same CUcontext.
+  friend bool operator==(const Context& a, const Context& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  /// Different CUcontexts.
+  friend bool operator!=(const Context& a, const Context& b) noexcept { return !(a == b); }
+
+ private:
+  friend class Device;
+  Context(CUcontext handle, CUgreenCtx green, int device, ContextKind kind) noexcept
+      : handle_(handle), green_(green), device_(device), kind_(kind) {}
+
+  detail::MovedFrom<CUcontext> handle_;
+  CUgreenCtx green_ = nullptr;
+  int device_ = -1;
+  ContextKind kind_ = ContextKind::primary;
+  detail::Shared<detail::ContextOwner> owner_;
+};
+
+/// Writes to_string().
+std::ostream& operator<<(std::ostream& out, const Context& context);
+
+}  // namespace custream
