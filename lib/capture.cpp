@@ -188,7 +188,7 @@ Graph CaptureScope::end(InstantiateFlags flags) {
                                "the capture was already ended");
   }
   try {
-    Graph graph = end_capture(stream_, flags);
+    Graph graph = stream_.end_capture(flags);  // keeps the stream's owned context
     active_ = false;
     return graph;
   } catch (...) {

@@ -108,8 +108,8 @@ namespace detail {
 ContextOwner::~ContextOwner() {
   if (green != nullptr) {
     // The driver leaves a destroyed green context current, a dangling handle that aborts the
-    // process when made current again (measured on the H200): leave none current instead
-    // (invariant 5). A created context is popped by the driver itself.
+    // process when made current again (measured on the H200): pop it, as cuCtxDestroy pops a
+    // created context (invariant 5).
     CUcontext current = nullptr;
     const bool was_current = converted != nullptr &&
                              release_call<&DriverApi::cuCtxGetCurrent>("green context", green,
@@ -117,7 +117,7 @@ ContextOwner::~ContextOwner() {
                              current == converted;
     release_call<&DriverApi::cuGreenCtxDestroy>("green context", green, green);
     if (was_current) {
-      release_call<&DriverApi::cuCtxSetCurrent>("context (leaving none current)", converted,
+      release_call<&DriverApi::cuCtxSetCurrent>("context (popping it)", converted,
                                                 static_cast<CUcontext>(nullptr));
     }
   } else if (created != nullptr) {
@@ -278,7 +278,7 @@ Context Context::current() {
 }
 
 unsigned Context::sm_count() const {
-  detail::nonempty(*this, "cuCtxGetDevResource");
+  detail::nonempty(*this, "custream::Context::sm_count");
   CUdevResource resource{};
   detail::call<&DriverApi::cuCtxGetDevResource>(detail::subject_of(handle_, device_), handle_,
                                                 &resource, CU_DEV_RESOURCE_TYPE_SM);
@@ -287,35 +287,37 @@ unsigned Context::sm_count() const {
 
 void Context::record(const Event& event) const {
   detail::nonempty(*this, "custream::Context::record");
-  if (green_ != nullptr) {
-    detail::call<&DriverApi::cuGreenCtxRecordEvent>(detail::subject_of(handle_, device_), green_,
-                                                    event.handle());
-  } else {
-    detail::call<&DriverApi::cuCtxRecordEvent>(detail::subject_of(handle_, device_), handle_,
-                                               event.handle());
+  const CUresult r = green_ != nullptr ? detail::try_call<&DriverApi::cuGreenCtxRecordEvent>(
+                                             static_cast<CUgreenCtx>(green_), event.handle())
+                                       : detail::try_call<&DriverApi::cuCtxRecordEvent>(
+                                             static_cast<CUcontext>(handle_), event.handle());
+  if (r != CUDA_SUCCESS) {
+    detail::throw_error(r, green_ != nullptr ? "cuGreenCtxRecordEvent" : "cuCtxRecordEvent",
+                        to_string(), detail::event_text(event));
   }
   event.mark_recorded();
 }
 
 void Context::wait(const Event& event) const {
   detail::nonempty(*this, "custream::Context::wait");
-  if (green_ != nullptr) {
-    detail::call<&DriverApi::cuGreenCtxWaitEvent>(detail::subject_of(handle_, device_), green_,
-                                                  event.handle());
-  } else {
-    detail::call<&DriverApi::cuCtxWaitEvent>(detail::subject_of(handle_, device_), handle_,
-                                             event.handle());
+  const CUresult r = green_ != nullptr ? detail::try_call<&DriverApi::cuGreenCtxWaitEvent>(
+                                             static_cast<CUgreenCtx>(green_), event.handle())
+                                       : detail::try_call<&DriverApi::cuCtxWaitEvent>(
+                                             static_cast<CUcontext>(handle_), event.handle());
+  if (r != CUDA_SUCCESS) {
+    detail::throw_error(r, green_ != nullptr ? "cuGreenCtxWaitEvent" : "cuCtxWaitEvent",
+                        to_string(), detail::event_text(event));
   }
 }
 
 void Context::synchronize() const {
-  detail::nonempty(*this, "cuCtxSynchronize");
+  detail::nonempty(*this, "custream::Context::synchronize");
   ContextScope scope(*this);
   detail::call<&DriverApi::cuCtxSynchronize>(detail::subject_of(handle_, device_));
 }
 
 void Context::make_current() const {
-  detail::nonempty(*this, "cuCtxSetCurrent");
+  detail::nonempty(*this, "custream::Context::make_current");
   detail::call<&DriverApi::cuCtxSetCurrent>(detail::subject_of(handle_, device_),
                                             static_cast<CUcontext>(handle_));
 }

@@ -3,14 +3,17 @@
 
 #include <cuda.h>
 
+#include <string>
+
 #include "custream/context_scope.hpp"
 #include "driver.hpp"
 #include "shared.hpp"
 
 namespace custream::detail {
 
-/// The owner of a context custream created: a cuCtxCreate context (`created`) or a green
-/// context (`green`), destroyed with the last reference (docs/design/contexts.md, invariant 5).
+/// "event 0x… (device N) of context 0x… (primary)": an event and the context it was made in.
+std::string event_text(const Event& event);
+
 /// `context`, unless it is empty: then throws Error (CUDA_ERROR_INVALID_CONTEXT) naming `call`.
 const Context& nonempty(const Context& context, const char* call);
 
@@ -19,6 +22,8 @@ const Context& nonempty(const Context& context, const char* call);
 /// @throws Error on a driver failure.
 ContextKind context_kind(const Loaded& l, CUcontext context, int device);
 
+/// The owner of a context custream created: a cuCtxCreate context (`created`) or a green
+/// context (`green`), destroyed with the last reference (docs/design/contexts.md, invariant 5).
 struct ContextOwner : Counted {
   ~ContextOwner();
   CUcontext created = nullptr;

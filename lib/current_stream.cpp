@@ -57,9 +57,9 @@ void push_context(CUcontext context, int device) {
   call<&DriverApi::cuCtxPushCurrent>({Subject::What::context, context, device}, context);
 }
 
-void pop_context() noexcept {
+void pop_context(CUcontext pushed) noexcept {
   CUcontext popped = nullptr;
-  release_call<&DriverApi::cuCtxPopCurrent>("context (popping a stream scope's)", nullptr, &popped);
+  release_call<&DriverApi::cuCtxPopCurrent>("context (a stream scope's)", pushed, &popped);
 }
 
 }  // namespace detail

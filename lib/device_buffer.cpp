@@ -17,7 +17,7 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, Device device)
     : DeviceBuffer(bytes, device.primary_context()) {}
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const Context& context) : bytes_(bytes) {
-  ContextScope scope(detail::nonempty(context, "cuMemAlloc"));
+  ContextScope scope(detail::nonempty(context, "custream::DeviceBuffer"));
   if (CUresult r = detail::try_call<&DriverApi::cuMemAlloc>(&ptr_, bytes); r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuMemAlloc>(
         r, {detail::Subject::What::context, context.handle(), context.device_id()},

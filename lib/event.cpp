@@ -161,4 +161,15 @@ CUipcEventHandle Event::ipc_handle() const {
   return handle;
 }
 
+namespace detail {
+std::string event_text(const Event& event) {
+  std::string text = subject_text(event_subject(event.handle(), event.device_id()));
+  if (const CUcontext c = event.context(); c != nullptr) {
+    const int known = known_primary_device(loaded(), c);
+    text += " of context " + pointer_text(c) + (known >= 0 ? " (primary)" : "");
+  }
+  return text;
+}
+}  // namespace detail
+
 }  // namespace custream

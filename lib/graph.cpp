@@ -33,6 +33,7 @@ struct GraphOwner : Counted {
   CUgraphExec exec = nullptr;
   CUgraph graph = nullptr;  // the graph this executable was instantiated from
   bool owned = false;       // adopted or from end_capture: destroyed with the last reference
+  Context keep;             // the owned context it was instantiated in (contexts.md, invariant 5)
 };
 template struct Refs<GraphOwner>;
 
@@ -225,6 +226,10 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   }
   g.exec_ = g.owner_.get()->exec = exec;
   return g;
+}
+
+void Graph::keep_context(const Context& context) {
+  if (owner_) owner_.get()->keep = context;
 }
 
 Graph Graph::adopt(CUgraph graph, InstantiateFlags flags, StreamRef upload_stream) {

@@ -45,7 +45,7 @@ Context Module::context_for(int device_id) {
 
 Module Module::load(const void* image, const Context& where, const char* what) {
   const detail::Loaded& l = detail::loaded();
-  const int device = detail::nonempty(where, "cuModuleLoadDataEx").device_id();
+  const int device = detail::nonempty(where, "custream::Module").device_id();
   const CUcontext context = where.handle();
   ContextScope scope(context);
 

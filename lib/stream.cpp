@@ -167,16 +167,16 @@ void StreamRef::record_failed(const Event& event, CUresult first) const {
     r = detail::api().cuEventRecord(event.handle(), handle_);
   }
   if (r == CUDA_SUCCESS) return;
-  std::string why =
-      detail::subject_text({detail::Subject::What::event, event.handle(), event.device_id()});
+  std::string why = detail::event_text(event);
   if (device_ >= 0 && event.device_id() != device_) {
     why += ": the event belongs to device " + std::to_string(event.device_id()) +
            " and the stream to device " + std::to_string(device_) +
            "; record it on a stream of its own device (waiting across devices works)";
   } else if (context_ != nullptr && event.context() != nullptr && event.context() != context_) {
-    why += " of context " + detail::pointer_text(event.context()) + ", the stream's context is " +
-           detail::pointer_text(context_) + " (" + custream::to_string(context_kind_) +
-           "): an event of a created context records only on that context's streams";
+    why += "; the stream's context is " + detail::pointer_text(context_) + " (" +
+           custream::to_string(context_kind_) +
+           "): the event was made in another context, and a created context shares no events "
+           "with others (make the event in the stream's context, e.g. with record())";
   }
   detail::throw_stream_error(r, "cuEventRecord", *this, std::move(why));
 }
@@ -289,9 +289,17 @@ void Stream::add_callback(CUstreamCallback fn, void* arg) const {
 }
 void Stream::begin_capture() const { custream::begin_capture(*this); }
 void Stream::begin_capture(CaptureMode mode) const { custream::begin_capture(*this, mode); }
-Graph Stream::end_capture() const { return custream::end_capture(*this); }
+Graph Stream::end_capture() const { return end_capture(InstantiateFlags::upload); }
 Graph Stream::end_capture(InstantiateFlags flags) const {
-  return custream::end_capture(*this, flags);
+  Graph graph = custream::end_capture(*this, flags);
+  if (owner_ && owner_.get()->context) graph.keep_context(owner_.get()->context);
+  return graph;
+}
+
+Event Stream::record() const {
+  Event event = StreamRef::record();
+  if (owner_ && owner_.get()->context) event.owner_.get()->keep = owner_.get()->context;
+  return event;
 }
 bool Stream::is_capturing() const { return custream::is_capturing(*this); }
 CaptureInfo Stream::capture_info() const noexcept { return custream::capture_info(*this); }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,17 +95,6 @@ bool has_green_contexts() {
          api.cuStreamGetCtx_v2 != nullptr && api.cuDeviceGetDevResource != nullptr;
 }
 
-#define REQUIRE_CREATED_CONTEXTS()                                               \
-  do {                                                                           \
-    REQUIRE_DRIVER();                                                            \
-    if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate"); \
-  } while (false)
-#define REQUIRE_GREEN_CONTEXTS()                                                           \
-  do {                                                                                     \
-    REQUIRE_DRIVER();                                                                      \
-    if (!has_green_contexts()) CUSTREAM_SKIP("the driver has no green contexts (< 12.5)"); \
-  } while (false)
-
 // The result of destroying the context again (see kAlive).
 std::string destroyed(CUcontext created) {
   return custream::result_name(custream::detail::api().cuCtxDestroy(created));
@@ -112,6 +102,17 @@ std::string destroyed(CUcontext created) {
 std::string destroyed(CUgreenCtx green) {
   return custream::result_name(custream::detail::api().cuGreenCtxDestroy(green));
 }
+// Whether the created context `c` is alive: asked of the emulator, which keeps destroyed
+// handles answerable (a GPU may crash on them: there the tests use the objects instead).
+bool alive(CUcontext c) {
+  if (!custream_test::emulated()) return true;
+  auto get_id =
+      custream_test::emu_symbol<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
+  REQUIRE(get_id != nullptr);
+  unsigned long long id = 0;
+  return get_id(c, &id) == CUDA_SUCCESS;
+}
+
 // Once destroyed, a second destroy fails: CUDA_ERROR_CONTEXT_IS_DESTROYED or, on the H200
 // after the context had modules and memory, CUDA_ERROR_INVALID_CONTEXT; a live one succeeds.
 const std::string kAlive = "CUDA_SUCCESS";
@@ -179,10 +180,10 @@ TEST_CASE("a device's primary context as a Context", "[context][gpu]") {
 
 TEST_CASE("Context::create: owned, nothing current changes, destroyed with the last user",
           "[context][gpu]") {
-  REQUIRE_CREATED_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   Device(0).make_current();
   const CUcontext primary = current();
-  const long live_before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
   CUcontext handle = nullptr;
   {
     Context c = Context::create(Device(0));
@@ -196,56 +197,134 @@ TEST_CASE("Context::create: owned, nothing current changes, destroyed with the l
     CHECK(wrapped.kind() == ContextKind::created);
     CHECK_FALSE(wrapped.owned());
     Context copy = c;
-    c = Context();
+    Context moved = std::move(c);
+    CHECK_FALSE(c);  // moved from: empty in every field
+    CHECK(c.device_id() == -1);
+    CHECK(c.green_handle() == nullptr);
+    moved = Context();
     Stream s(copy);  // still alive: the copy holds it
     s.synchronize();
+    CHECK(alive(handle));
   }
   CHECK(destroyed(handle) != kAlive);
-  // A stream, an event, a module, a buffer and a scope each keep an owned context alive.
-  Stream s;
-  std::optional<Event> e;  // (a default-constructed Event is a new event of the current device)
-  Module m;
-  custream::DeviceBuffer b;
-  {
-    Context c = Context::create(Device(0));
-    handle = c.handle();
-    s = Stream(c);
-    e.emplace(c);
-    m = Module::from_ptx(kPtx, c);
-    b = custream::DeviceBuffer(64, c);
-  }
-  CHECK(m.context() == handle);
-  CHECK(e->context() == handle);
-  CHECK(s.context() == handle);
-  CHECK(s.context_kind() == ContextKind::created);
-  s.record(*e);
-  s.synchronize();
-  s = Stream();
-  e.reset();
-  m = Module();
   CHECK(current() == primary);
-  b.reset();
-  CHECK(destroyed(handle) != kAlive);
-  CHECK(current() == primary);
-  // A ContextScope keeps the temporary it was given alive until it ends.
-  {
-    ContextScope scope(Context::create(Device(0)));
-    handle = current();
-    CHECK(handle != primary);
-    CHECK(Context::current().kind() == ContextKind::created);
-    Stream(Context::current()).synchronize();  // usable: alive
-  }
-  CHECK(current() == primary);
-  CHECK(destroyed(handle) != kAlive);
+}
+
+TEST_CASE("each object made in an owned context keeps it alive, alone", "[context][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
+  register_add_one();
+  Device(0).make_current();
+  const CUcontext primary = current();
+  custream::DeviceBuffer cell(sizeof(int), Device(0));
+  const long live_before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
+  CUcontext handle = nullptr;
+  // Makes an owned context, hands it to `make` (which keeps what it makes), drops every
+  // Context copy, then `use` must still work (the object keeps the context alive); after
+  // `drop` the context is gone.
+  const auto check = [&](const char* what, const auto& make, const auto& use, const auto& drop) {
+    INFO(what);
+    {
+      const Context c = Context::create(Device(0));
+      handle = c.handle();
+      make(c);
+    }
+    CHECK(alive(handle));
+    use();
+    drop();
+    CHECK(destroyed(handle) != kAlive);
+    CHECK(current() == primary);
+  };
+  std::optional<Stream> s;
+  check(
+      "a stream", [&](const Context& c) { s.emplace(c); }, [&] { s->synchronize(); },
+      [&] { s.reset(); });
+  std::optional<Event> e;
+  check(
+      "an event", [&](const Context& c) { e.emplace(c); },
+      [&] {
+        Stream(Context::wrap(handle)).record(*e);
+        e->synchronize();
+      },
+      [&] { e.reset(); });
+  check(
+      "an event a stream of it recorded",
+      [&](const Context& c) {
+        const Stream made(c, StreamFlags::non_blocking);
+        e.emplace(made.record());
+      },
+      [&] { e->synchronize(); }, [&] { e.reset(); });
+  std::optional<Graph> g;
+  check(
+      "a graph captured on a stream of it",
+      [&](const Context& c) {
+        const Stream made(c, StreamFlags::non_blocking);
+        made.begin_capture();
+        made.memset32(cell.get(), 1, 1);
+        g.emplace(made.end_capture());
+      },
+      [&] {
+        const Stream other(Context::wrap(handle), StreamFlags::non_blocking);
+        g->launch(other);
+        other.synchronize();
+      },
+      [&] { g.reset(); });
+  std::optional<Module> m;
+  check(
+      "a module", [&](const Context& c) { m.emplace(Module::from_ptx(kPtx, c)); },
+      [&] { CHECK(m->kernel("context_add_one").handle() != nullptr); }, [&] { m.reset(); });
+  std::optional<custream::DeviceBuffer> b;
+  check(
+      "a buffer", [&](const Context& c) { b.emplace(64, c); },
+      [&] { Stream(Context::wrap(handle)).memset(b->get(), 0, 64); }, [&] { b.reset(); });
+  std::optional<ContextScope> scope;
+  check(
+      "a scope", [&](const Context& c) { scope.emplace(c); }, [&] { CHECK(current() == handle); },
+      [&] { scope.reset(); });
   if (custream_test::emulated()) {  // streams are torn down by their worker threads
     CHECK(custream_test::eventually(
         [&] { return custream_test::emu_live_objects() == live_before; }));
   }
 }
 
+TEST_CASE("a StreamScope holding the last use of an owned context pops only that context",
+          "[context][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
+  Device(0).make_current();
+  const CUcontext primary = current();
+  CUcontext handle = nullptr;
+  {
+    Stream s(Context::create(Device(0)));
+    handle = s.context();
+    custream::StreamScope scope(s);
+    CHECK(current() == handle);
+    s = Stream();  // the scope now holds the stream, and so the context
+    CHECK(custream::current_stream().context() == handle);
+  }
+  CHECK(current() == primary);  // the context it pushed is popped, nothing more
+  CHECK(destroyed(handle) != kAlive);
+  // An exception leaving the scope restores the same way.
+  const Stream s(Context::create(Device(0)));
+  try {
+    custream::StreamScope scope(s);
+    throw std::runtime_error("leaving");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(current() == primary);
+  custream_test::on_fresh_thread([&] {  // nothing current before: nothing after
+    {
+      custream::StreamScope scope(s);
+      CHECK(current() == s.context());
+    }
+    CHECK(current() == nullptr);
+  });
+}
+
 TEST_CASE("a stream of a created context: every operation in its context, whatever is current",
           "[context][gpu]") {
-  REQUIRE_CREATED_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   register_add_one();
   const Context created = Context::create(Device(0));
   const Stream s(created, StreamFlags::non_blocking);
@@ -286,12 +365,13 @@ TEST_CASE("a stream of a created context: every operation in its context, whatev
 
 TEST_CASE("events of another created context or another device: errors that name both",
           "[context][gpu]") {
-  REQUIRE_CREATED_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   const Context created = Context::create(Device(0));
   const Stream s(created, StreamFlags::non_blocking);
   const Event primary_event(Device(0));
   expect_error([&] { s.record(primary_event); }, CUDA_ERROR_INVALID_HANDLE,
-               "an event of a created context records only on that context's streams");
+               "(primary); the stream's context is");
   s.wait_event(primary_event);  // waiting across contexts works
   if (Device::count() > 1) {
     const Stream other(Device(1), StreamFlags::non_blocking);
@@ -305,7 +385,8 @@ TEST_CASE("events of another created context or another device: errors that name
 
 TEST_CASE("an event of a created context records on the null stream in its own context",
           "[context][gpu]") {
-  REQUIRE_CREATED_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   const Context created = Context::create(Device(0));
   Device(0).make_current();  // the null stream is the primary context's here
   Event e(created);
@@ -317,7 +398,8 @@ TEST_CASE("an event of a created context records on the null stream in its own c
 
 TEST_CASE("StreamScope with a stream of a created context makes that context current",
           "[context][gpu]") {
-  REQUIRE_CREATED_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_created_contexts()) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   const Context created = Context::create(Device(0));
   Stream s(created, StreamFlags::non_blocking);
   Device(0).make_current();
@@ -333,7 +415,7 @@ TEST_CASE("StreamScope with a stream of a created context makes that context cur
     s.synchronize();
     REQUIRE(custream::detail::api().cuMemFree(raw) == CUDA_SUCCESS);
     {
-      custream::StreamScope nested(s);  // already current: nothing switches
+      custream::StreamScope nested(s);  // pushed again, popped again
       CHECK(current() == created.handle());
     }
     CHECK(current() == created.handle());
@@ -349,7 +431,8 @@ TEST_CASE("StreamScope with a stream of a created context makes that context cur
 }
 
 TEST_CASE("SM resources: the device's SMs, splits, and their errors", "[context][green][gpu]") {
-  REQUIRE_GREEN_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
   const Device d(0);
   const custream::SmResource all = d.sms();
   CHECK(all.sm_count() ==
@@ -388,7 +471,8 @@ TEST_CASE("SM resources: the device's SMs, splits, and their errors", "[context]
 
 TEST_CASE("a green context: owned, its SMs, streams and inference of its kind",
           "[context][green][gpu]") {
-  REQUIRE_GREEN_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
   Device(0).make_current();
   const CUcontext primary = current();
   CUgreenCtx green = nullptr;
@@ -441,7 +525,8 @@ TEST_CASE("a green context: owned, its SMs, streams and inference of its kind",
 
 TEST_CASE("a green-context stream: every operation, captured with a host function and replayed",
           "[context][green][gpu]") {
-  REQUIRE_GREEN_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
   register_add_one();
   const Context g = small_green_context();
   const Stream s(g);
@@ -480,7 +565,8 @@ TEST_CASE("a green-context stream: every operation, captured with a host functio
 }
 
 TEST_CASE("record and wait on a whole context", "[context][green][gpu]") {
-  REQUIRE_GREEN_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
   const auto& api = custream::detail::api();
   if (api.cuCtxRecordEvent == nullptr) CUSTREAM_SKIP("the driver has no cuCtxRecordEvent");
   const Context g = small_green_context();
@@ -503,7 +589,8 @@ TEST_CASE("record and wait on a whole context", "[context][green][gpu]") {
 }
 
 TEST_CASE("a green context on device 1 while device 0 is current", "[context][green][multi-gpu]") {
-  REQUIRE_GREEN_CONTEXTS();
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
   if (Device::count() < 2) CUSTREAM_SKIP("needs two devices");
   register_add_one();
   Device(0).make_current();

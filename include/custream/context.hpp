@@ -21,7 +21,7 @@ class SmResource;
 enum class ContextKind : std::uint8_t {
   primary,  ///< a device's primary context (what the runtime API and custream use by default)
   created,  ///< a context made with cuCtxCreate (by custream or by the application)
-  green,    ///< a green context (cuGreenCtxCreate, CUDA 12.4+): a partition of the device's SMs
+  green,    ///< a green context (cuGreenCtxCreate, CUDA 12.4+; its streams 12.5+): a share of SMs
 };
 
 /// "primary", "created" or "green".
@@ -64,9 +64,10 @@ class Context {
   static Context create_green(const SmResource& sms);
 
   /// A non-owning Context of `context` (made by somebody else): its device from the driver,
-  /// kind primary when it is its device's primary context, else created. A CUcontext the
-  /// driver converted from a green context is reported as created: wrap the CUgreenCtx to
-  /// know it as green. @throws Error (CUDA_ERROR_INVALID_CONTEXT) for a null context; Error
+  /// kind primary when it is its device's primary context, green when the driver converted it
+  /// from a green context (asked with it current for a moment, through cuStreamGetCtx_v2:
+  /// driver 12.5 or newer; an older driver's converted context is reported as created), else
+  /// created. @throws Error (CUDA_ERROR_INVALID_CONTEXT) for a null context; Error
   /// on a driver failure.
   static Context wrap(CUcontext context);
   /// A non-owning Context of a green context made by somebody else.
@@ -123,8 +124,8 @@ class Context {
       : handle_(handle), green_(green), device_(device), kind_(kind) {}
 
   detail::MovedFrom<CUcontext> handle_;
-  CUgreenCtx green_ = nullptr;
-  int device_ = -1;
+  detail::MovedFrom<CUgreenCtx> green_;
+  detail::MovedFrom<int, -1> device_;
   ContextKind kind_ = ContextKind::primary;
   detail::Shared<detail::ContextOwner> owner_;
 };

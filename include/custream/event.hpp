@@ -120,6 +120,7 @@ class Event {
 
  private:
   friend class StreamRef;
+  friend class Stream;
   friend class Context;
   /// Opens or creates the event in `context` (null: `device`'s primary context) with
   /// `create` (given the address of the handle to fill) and owns it.

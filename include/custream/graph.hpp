@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 
+#include "custream/context.hpp"
 #include "custream/detail/shared.hpp"
 #include "custream/instantiate_flags.hpp"
 #include "custream/stream_ref.hpp"
@@ -120,7 +121,11 @@ class Graph {
   friend bool operator!=(const Graph& a, const Graph& b) noexcept { return !(a == b); }
 
  private:
+  friend class Stream;
   static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream);
+  /// Keeps `context` (the owned context of the stream it was captured on) alive as long as
+  /// the executable.
+  void keep_context(const Context& context);
   [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream) const;
 
   detail::MovedFrom<CUgraph> graph_;

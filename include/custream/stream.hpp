@@ -135,6 +135,12 @@ class Stream : public StreamRef {
   /// custream/host_function.hpp. @throws Error on a driver failure.
   void add_callback(CUstreamCallback fn, void* arg) const;
 
+  /// Records a new event on the stream and returns it, as StreamRef::record(); the event also
+  /// keeps this stream's owned context (Stream(const Context&)) alive.
+  /// @throws Error on a driver failure.
+  Event record() const;
+  using StreamRef::record;  // record(event)
+
   // --- Capture (custream/capture.hpp) ---
 
   /// begin_capture(*this, CaptureMode::relaxed); see custream/capture.hpp.
@@ -145,7 +151,8 @@ class Stream : public StreamRef {
   /// end_capture(*this, InstantiateFlags::upload); see custream/capture.hpp (Graph is in
   /// custream/graph.hpp).
   Graph end_capture() const;
-  /// end_capture(*this, flags): ends the capture this stream began and instantiates the graph.
+  /// end_capture(*this, flags): ends the capture this stream began and instantiates the graph,
+  /// which also keeps this stream's owned context (Stream(const Context&)) alive.
   /// @throws as custream::end_capture.
   Graph end_capture(InstantiateFlags flags) const;
   /// is_capturing(*this). @throws as custream::is_capturing.

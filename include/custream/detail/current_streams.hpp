@@ -24,9 +24,9 @@ inline Stream& current_slot(int ordinal) {
 
 /// Pushes `context` (of device `device`) for a StreamScope. @throws Error naming it.
 void push_context(CUcontext context, int device);
-/// Pops the context a StreamScope pushed; a failure goes to the release-error handler.
-/// Never throws.
-void pop_context() noexcept;
+/// Pops `pushed`, the context a StreamScope pushed; a failure goes to the release-error
+/// handler. Never throws.
+void pop_context(CUcontext pushed) noexcept;
 
 /// current_stream() for -1 (the current device) or an ordinal out of range (throws).
 [[gnu::cold]] Stream current_stream_slow(int device_id);
