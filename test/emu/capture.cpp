@@ -174,6 +174,8 @@ CUresult thread_exchange_capture_mode(CUstreamCaptureMode* mode) {
 
 }  // namespace
 
+CUstreamCaptureMode thread_capture_mode() { return t_mode; }
+
 void invalidate(Capture* c) {
   if (c) c->invalidated = true;
 }

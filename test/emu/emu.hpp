@@ -31,6 +31,21 @@
 //     back to the primary context. Context::waits (cuCtxWaitEvent) are dependencies push_op
 //     adds to every later Op of the context's streams (a green context's also those of its
 //     primary context).
+// 10. A CUlibrary is a Library registered in State::libraries (counted as a live object, like a
+//     module); its CUkernels are Kernel objects registered in State::kernels (module.hpp).
+//     Loading reads the image once and needs no context. A library is loaded into a context
+//     lazily (cuKernelGetFunction, cuLibraryGetModule, cuLibraryGetGlobal, a launch of a
+//     CUkernel): that makes a Module (in State::modules, not counted: Module::library set) for
+//     resource_owner(ctx), so a green context shares its primary context's, with the library's
+//     .global variables allocated for that context. cuLibraryUnload unregisters every handle at
+//     once (a stale one answers CUDA_ERROR_INVALID_HANDLE), then waits for the work submitted
+//     so far in the contexts it was loaded in before freeing the variables; a destroyed created
+//     context forgets its Module (release_context_modules).
+// 11. Launches never point at a Function, Module, Kernel or Library: a KernelLaunch copies the
+//     name, arguments and CPU implementation, so unloading while a launch is in flight, or while
+//     a graph holds the launch, is safe. A launch of a library's kernel holds a weak reference
+//     to the library's liveness token: cuGraphLaunch of an executable that holds such a launch
+//     after the library was unloaded answers CUDA_ERROR_INVALID_HANDLE (the H200 may crash).
 #pragma once
 
 #include <cuda.h>
@@ -118,6 +133,8 @@ struct Work {
 
 /// Runs a kernel launch: its registered CPU implementation, or nothing (module.cpp).
 void run_kernel(const KernelLaunch& k);
+/// True when the launch is of a library's kernel and the library has been unloaded since.
+bool kernel_code_unloaded(const KernelLaunch& k);
 /// Executes the data part of a Work (memset, memcpy, kernel, free) on the calling thread.
 void execute_data_work(const Work& w);
 /// Runs a host Work on the shared callback thread and returns when it has run.
@@ -244,6 +261,7 @@ struct State {
   int device_count = 2;
   std::atomic<bool> initialized{false};
   std::unordered_set<const void*> streams, events, graphs, nodes, execs, modules;
+  std::unordered_set<const void*> libraries, kernels;  // invariant 10
   std::map<CUdeviceptr, size_t> allocations;
   std::map<unsigned long long, std::weak_ptr<EventState>> ipc_events;
   std::set<std::shared_ptr<Capture>> captures;  // active or invalidated, not yet ended
@@ -312,6 +330,8 @@ void stream_wait(std::unique_lock<std::mutex>& lk, Stream* s);
 /// refused use invalidates that capture unless `invalidates` is false (cuStreamIsCapturing:
 /// "the blocking stream capture is not invalidated").
 bool legacy_conflict(Context* ctx, bool invalidates = true);
+/// The calling thread's capture mode (cuThreadExchangeStreamCaptureMode; no lock needed).
+CUstreamCaptureMode thread_capture_mode();
 /// Marks a capture invalidated.
 void invalidate(Capture* c);
 /// Ends capture for every stream of c; c leaves State::captures.
@@ -352,6 +372,7 @@ void register_capture_entries(std::vector<Entry>& out);
 void register_graph_entries(std::vector<Entry>& out);
 void register_user_object_entries(std::vector<Entry>& out);
 void register_module_entries(std::vector<Entry>& out);
+void register_library_entries(std::vector<Entry>& out);
 void register_green_entries(std::vector<Entry>& out);
 /// The implementation of entry point `name` at ABI `version` (the greatest registered version
 /// <= version), or nullptr: what cuGetProcAddress serves, for the exported symbols.

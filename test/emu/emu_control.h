@@ -62,12 +62,12 @@ int custream_emu_wait_idle(int timeout_ms);
 int custream_emu_wait_destructors(int timeout_ms);
 
 /* ---- Kernels ----
- * Modules load from PTX text (kernel names and parameter sizes are read from its .entry
- * directives) or from a cubin / fatbin image (any kernel name resolves; parameter sizes come
- * from the registration). A launch executes in stream order, also from a graph, and runs the
- * CPU implementation registered for the kernel's name at the time of the launch; without one
- * it does nothing (a no-op kernel). Device pointers are host addresses here, so an
- * implementation reads and writes device memory directly. */
+ * Modules and libraries (cuLibraryLoadData) load from PTX text (kernel names and parameter
+ * sizes are read from its .entry directives) or from a cubin / fatbin image (any kernel name
+ * resolves; parameter sizes come from the registration). A launch executes in stream order, also
+ * from a graph, and runs the CPU implementation registered for the kernel's name at the time of the
+ * launch; without one it does nothing (a no-op kernel). Device pointers are host addresses here, so
+ * an implementation reads and writes device memory directly. */
 
 /* One execution of a launched kernel, as an implementation sees it. */
 typedef struct custream_emu_kernel_launch {
@@ -84,13 +84,13 @@ typedef struct custream_emu_kernel_launch {
  * the stream's worker thread, in stream order. Must not call the driver. */
 typedef void (*custream_emu_kernel_fn)(const custream_emu_kernel_launch* launch);
 
-/* Registers `fn` as the CPU implementation of every kernel named `name` (in any module loaded
- * before or after). param_sizes[0..param_count) gives the size in bytes of each parameter
- * (param_count 0: none); with param_sizes NULL and param_count 0 they come from the module's
- * PTX (a launch of a kernel from a cubin or fatbin then answers CUDA_ERROR_NOT_SUPPORTED,
- * since its arguments cannot be copied). fn NULL unregisters (launches are no-ops again).
- * Launches already made keep what they saw. Returns 0, or -1 when name is NULL or
- * param_count is nonzero without param_sizes. */
+/* Registers `fn` as the CPU implementation of every kernel named `name` (in any module or
+ * library loaded before or after; a CUkernel launched as a CUfunction too).
+ * param_sizes[0..param_count) gives the size in bytes of each parameter (param_count 0: none); with
+ * param_sizes NULL and param_count 0 they come from the module's PTX (a launch of a kernel from a
+ * cubin or fatbin then answers CUDA_ERROR_NOT_SUPPORTED, since its arguments cannot be copied). fn
+ * NULL unregisters (launches are no-ops again). Launches already made keep what they saw. Returns
+ * 0, or -1 when name is NULL or param_count is nonzero without param_sizes. */
 int custream_emu_register_kernel(const char* name, custream_emu_kernel_fn fn, void* user,
                                  const size_t* param_sizes, unsigned param_count);
 

@@ -395,6 +395,9 @@ CUresult graph_launch(CUgraphExec h, CUstream hs) {
   if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
     return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   std::shared_ptr<ExecCore> core = e->core;
+  // A kernel of a library unloaded since: refused (the H200 may crash: invariant 11).
+  for (const Work& w : core->works)
+    if (w.kernel && kernel_code_unloaded(*w.kernel)) return CUDA_ERROR_INVALID_HANDLE;
   std::vector<Step> steps(core->works.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     const Work& w = core->works[i];

@@ -1,7 +1,12 @@
-// Modules, functions and kernel launches. Kernels cannot run on the CPU: a launch executes, in
-// stream order, the CPU implementation registered for its name (emu_control.h), or nothing.
+// Modules, functions and kernel launches (cuLaunchKernel, cuLaunchKernelEx). Kernels cannot run
+// on the CPU: a launch executes, in stream order, the CPU implementation registered for its name
+// (emu_control.h), or nothing. Also the PTX reader that modules and libraries share.
+#include "module.hpp"
+
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -24,29 +29,20 @@ struct KernelImpl {
 struct KernelLaunch {
   std::string name;
   std::shared_ptr<const KernelImpl> impl;  // null: a no-op
+  bool of_library = false;
+  std::weak_ptr<const int> library;  // the library's liveness token (invariant 11)
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
   std::vector<std::vector<unsigned char>> args;  // copies taken at launch
 };
 
+std::unordered_set<const void*>& functions() {
+  static auto* f = new std::unordered_set<const void*>;  // guarded by State::mu; leaked
+  return *f;
+}
+
 namespace {
-
-struct Module;
-
-struct Function {
-  Module* module = nullptr;
-  std::string name;
-  std::vector<size_t> param_sizes;
-  bool sizes_known = false;  // from the PTX
-};
-
-struct Module {
-  Context* ctx = nullptr;
-  bool ptx = false;                                    // a binary image resolves any name
-  std::map<std::string, std::vector<size_t>> entries;  // PTX: name -> parameter sizes
-  std::map<std::string, std::unique_ptr<Function>> functions;
-};
 
 struct Kernels {
   std::mutex mu;  // lock order: State::mu -> Kernels::mu
@@ -59,62 +55,288 @@ Kernels& kernels() {
   return *k;
 }
 
-std::unordered_set<const void*>& functions() {
-  static auto* f = new std::unordered_set<const void*>;  // guarded by State::mu; leaked
-  return *f;
-}
+// ---- reading PTX ----
 
 bool is_ident(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
 }
 
-/// Size in bytes of one `.param` declaration: `.param .u32 n`, `.param .align 8 .b8 s[16]`,
-/// `.param .u64 .ptr.global.align 8 p`. 0 when it cannot be read.
-size_t param_size(const std::string& decl) {
-  size_t elem = 0;
-  for (size_t i = 0; i + 2 < decl.size(); ++i) {
-    if (decl[i] != '.' || !std::strchr("usbf", decl[i + 1])) continue;
-    size_t j = i + 2, bits = 0;
-    while (j < decl.size() && std::isdigit(static_cast<unsigned char>(decl[j])))
-      bits = bits * 10 + static_cast<size_t>(decl[j++] - '0');
-    if (j > i + 2 && (j == decl.size() || !is_ident(decl[j])) &&
-        (bits == 8 || bits == 16 || bits == 32 || bits == 64)) {
-      elem = bits / 8;
-      break;
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+/// The text with its comments blanked (newlines kept, so line numbers stay).
+std::string strip_comments(std::string s) {
+  for (size_t i = 0; i + 1 < s.size(); ++i) {
+    if (s[i] == '/' && s[i + 1] == '/') {
+      while (i < s.size() && s[i] != '\n') s[i++] = ' ';
+    } else if (s[i] == '/' && s[i + 1] == '*') {
+      size_t j = i;
+      for (; j < s.size() && !(s[j] == '*' && j + 1 < s.size() && s[j + 1] == '/'); ++j)
+        if (s[j] != '\n') s[j] = ' ';
+      if (j < s.size()) s[j] = ' ';
+      if (j + 1 < s.size()) s[j + 1] = ' ';
+      i = j + 1;
     }
   }
-  const size_t open = decl.find('[');
-  if (open == std::string::npos) return elem;
-  return elem * static_cast<size_t>(std::strtoull(decl.c_str() + open + 1, nullptr, 10));
+  return s;
 }
 
-/// The kernels of PTX text: each `.entry name(params)` with its parameter sizes.
-std::map<std::string, std::vector<size_t>> ptx_entries(const char* text) {
-  std::map<std::string, std::vector<size_t>> out;
-  const std::string s = text;
-  for (size_t at = s.find(".entry"); at != std::string::npos; at = s.find(".entry", at + 6)) {
-    size_t i = at + 6;
-    if (i < s.size() && is_ident(s[i])) continue;  // e.g. ".entryfoo"
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+/// True when the directive `d` (".entry") starts a token at s[i].
+bool directive_at(const std::string& s, size_t i, const char* d) {
+  const size_t n = std::strlen(d);
+  return s.compare(i, n, d) == 0 && (i == 0 || is_space(s[i - 1])) &&
+         (i + n == s.size() || !is_ident(s[i + n]));
+}
+
+/// One declaration (`.param`, `.shared`, `.global` without its state space): `.align 8 .b8 s[12]`,
+/// `.u64 .ptr.global.align 8 p`, `.v4 .f32 v`, `.u32 arr[2][3]`.
+struct Decl {
+  size_t elem = 0;  // bytes of one element (0: unknown type)
+  bool is_float = false;
+  size_t vector = 1;
+  size_t count = 1;      // product of the array dimensions
+  bool unsized = false;  // `[]`: the initializer gives the count
+  size_t align = 0;      // `.align N`; 0: natural
+  std::string name;
+  size_t bytes() const { return elem * vector * count; }
+  size_t alignment() const { return align ? align : std::max<size_t>(1, elem * vector); }
+};
+
+Decl parse_decl(const std::string& d) {
+  Decl out;
+  size_t i = 0;
+  while (i < d.size()) {
+    while (i < d.size() && is_space(d[i])) ++i;
     const size_t b = i;
-    while (i < s.size() && is_ident(s[i])) ++i;
-    if (i == b) continue;
-    std::vector<size_t>& sizes = out[s.substr(b, i - b)];
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-    if (i >= s.size() || s[i] != '(') continue;
-    const size_t close = s.find(')', i);
-    if (close == std::string::npos) continue;
-    const std::string list = s.substr(i + 1, close - i - 1);
-    size_t p = 0;
-    while (p < list.size()) {
-      size_t comma = list.find(',', p);
-      if (comma == std::string::npos) comma = list.size();
-      const std::string decl = list.substr(p, comma - p);
-      if (decl.find(".param") != std::string::npos) sizes.push_back(param_size(decl));
-      p = comma + 1;
+    if (i < d.size() && d[i] == '.') {
+      ++i;
+      while (i < d.size() && (is_ident(d[i]) || d[i] == '.' || d[i] == '(' || d[i] == ')')) ++i;
+      const std::string tok = d.substr(b, i - b);
+      if (tok == ".align") {
+        while (i < d.size() && is_space(d[i])) ++i;
+        out.align = static_cast<size_t>(std::strtoull(d.c_str() + i, nullptr, 10));
+        while (i < d.size() && is_ident(d[i])) ++i;
+      } else if (tok.size() >= 3 && tok[1] == 'v' &&
+                 std::isdigit(static_cast<unsigned char>(tok[2]))) {
+        out.vector = static_cast<size_t>(std::strtoull(tok.c_str() + 2, nullptr, 10));
+      } else if (out.elem == 0 && tok.size() >= 3 && std::strchr("usbf", tok[1]) &&
+                 std::isdigit(static_cast<unsigned char>(tok[2]))) {
+        const size_t bits = static_cast<size_t>(std::strtoull(tok.c_str() + 2, nullptr, 10));
+        if (bits == 8 || bits == 16 || bits == 32 || bits == 64) {
+          out.elem = bits / 8;
+          out.is_float = tok[1] == 'f';
+        }
+      }
+      continue;
     }
+    if (i < d.size() && (std::isalpha(static_cast<unsigned char>(d[i])) || d[i] == '_' ||
+                         d[i] == '$' || d[i] == '%')) {
+      while (i < d.size() && (is_ident(d[i]) || d[i] == '%')) ++i;
+      if (out.name.empty()) out.name = d.substr(b, i - b);
+      continue;
+    }
+    if (i < d.size() && d[i] == '[' && !out.name.empty()) {
+      const size_t close = d.find(']', i);
+      if (close == std::string::npos) break;
+      const std::string dim = d.substr(i + 1, close - i - 1);
+      if (dim.find_first_not_of(" \t\r\n") == std::string::npos) {
+        out.unsized = true;
+      } else {
+        out.count *= static_cast<size_t>(std::strtoull(dim.c_str(), nullptr, 0));
+      }
+      i = close + 1;
+      continue;
+    }
+    ++i;  // numbers, punctuation
   }
   return out;
+}
+
+/// The bytes of an initializer (`= 7`, `= {1, 2, 3}`, `= 0f3F800000`, `= {1.5, 2.0}`).
+std::vector<unsigned char> parse_initializer(const std::string& rhs, const Decl& d) {
+  std::vector<unsigned char> out;
+  if (d.elem == 0) return out;
+  size_t i = 0;
+  while (i < rhs.size()) {
+    while (i < rhs.size() && (is_space(rhs[i]) || rhs[i] == '{' || rhs[i] == '}' || rhs[i] == ','))
+      ++i;
+    const size_t b = i;
+    while (i < rhs.size() && !is_space(rhs[i]) && rhs[i] != '{' && rhs[i] != '}' && rhs[i] != ',')
+      ++i;
+    if (i == b) continue;
+    const std::string tok = rhs.substr(b, i - b);
+    uint64_t bits = 0;
+    if (tok.size() == 10 && tok[0] == '0' && (tok[1] == 'f' || tok[1] == 'F')) {
+      bits = std::strtoull(tok.c_str() + 2, nullptr, 16);
+    } else if (tok.size() == 18 && tok[0] == '0' && (tok[1] == 'd' || tok[1] == 'D')) {
+      bits = std::strtoull(tok.c_str() + 2, nullptr, 16);
+    } else if (d.is_float) {
+      const double v = std::strtod(tok.c_str(), nullptr);
+      if (d.elem == 4) {
+        const float f = static_cast<float>(v);
+        uint32_t u = 0;
+        std::memcpy(&u, &f, sizeof u);
+        bits = u;
+      } else {
+        std::memcpy(&bits, &v, sizeof bits);
+      }
+    } else {
+      bits = tok[0] == '-' ? static_cast<uint64_t>(std::strtoll(tok.c_str(), nullptr, 0))
+                           : std::strtoull(tok.c_str(), nullptr, 0);
+    }
+    for (size_t k = 0; k < d.elem; ++k) out.push_back(static_cast<unsigned char>(bits >> (8 * k)));
+  }
+  return out;
+}
+
+/// The statement that ends at the first ';' at or after `from`.
+std::string statement_from(const std::string& s, size_t from) {
+  const size_t end = s.find(';', from);
+  return s.substr(from, (end == std::string::npos ? s.size() : end) - from);
+}
+
+/// True when `.extern` precedes position `at` in its statement (a declaration, no definition).
+bool extern_declaration(const std::string& s, size_t at) {
+  size_t b = at;
+  while (b > 0 && s[b - 1] != ';' && s[b - 1] != '{' && s[b - 1] != '}') --b;
+  const std::string head = s.substr(b, at - b);
+  for (size_t p = head.find(".extern"); p != std::string::npos; p = head.find(".extern", p + 1))
+    if (directive_at(head, p, ".extern")) return true;
+  return false;
+}
+
+/// Reads `.entry name(params) ... { body }` starting after the directive; returns the entry and
+/// leaves `i` after the parameter list.
+PtxEntry read_entry(const std::string& s, size_t& i) {
+  PtxEntry e;
+  while (i < s.size() && is_space(s[i])) ++i;
+  const size_t b = i;
+  while (i < s.size() && is_ident(s[i])) ++i;
+  e.name = s.substr(b, i - b);
+  while (i < s.size() && is_space(s[i])) ++i;
+  if (i >= s.size() || s[i] != '(') return e;
+  const size_t close = s.find(')', i);
+  if (close == std::string::npos) return e;
+  const std::string list = s.substr(i + 1, close - i - 1);
+  i = close + 1;
+  size_t offset = 0;
+  for (size_t p = 0; p < list.size();) {
+    size_t comma = list.find(',', p);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string decl = list.substr(p, comma - p);
+    const size_t at = decl.find(".param");
+    if (at != std::string::npos) {
+      const Decl d = parse_decl(decl.substr(at + 6));
+      const size_t a = d.alignment();
+      offset = (offset + a - 1) / a * a;
+      e.param_sizes.push_back(d.bytes());
+      e.param_offsets.push_back(offset);
+      offset += d.bytes();
+    }
+    p = comma + 1;
+  }
+  // The body: function-scope `.shared` declarations (not `.extern .shared`: dynamic).
+  const size_t open = s.find('{', i);
+  if (open == std::string::npos) return e;
+  const size_t semicolon = s.find(';', i);
+  if (semicolon != std::string::npos && semicolon < open) return e;  // a prototype
+  int depth = 0;
+  size_t end = open;
+  for (; end < s.size(); ++end) {
+    if (s[end] == '{') ++depth;
+    if (s[end] == '}' && --depth == 0) break;
+  }
+  for (size_t p = s.find(".shared", open); p != std::string::npos && p < end;
+       p = s.find(".shared", p + 7)) {
+    if (!directive_at(s, p, ".shared") || extern_declaration(s, p)) continue;
+    const Decl d = parse_decl(statement_from(s, p + 7));
+    const size_t a = d.alignment();
+    e.static_shared = (e.static_shared + a - 1) / a * a + d.bytes();
+  }
+  return e;
+}
+
+/// A module-scope `.global` / `.const` definition starting after its directive.
+PtxGlobal read_global(const std::string& s, size_t i) {
+  const std::string st = statement_from(s, i);
+  const size_t eq = st.find('=');
+  const std::string lhs = st.substr(0, eq);
+  Decl d = parse_decl(lhs);
+  PtxGlobal g;
+  g.name = d.name;
+  g.managed = lhs.find(".managed") != std::string::npos;
+  if (eq != std::string::npos) g.init = parse_initializer(st.substr(eq + 1), d);
+  if (d.unsized && d.elem) d.count = g.init.size() / (d.elem * d.vector);
+  g.bytes = d.bytes();
+  if (g.init.size() > g.bytes) g.init.resize(g.bytes);
+  return g;
+}
+
+std::string line_message(const std::string& s, size_t at, const char* what) {
+  const long line = 1 + std::count(s.begin(), s.begin() + static_cast<long>(at), '\n');
+  return "emulator: PTX line " + std::to_string(line) + ": " + what;
+}
+
+Image read_ptx(const char* text) {
+  Image img;
+  const std::string s = strip_comments(text);
+  int braces = 0, parens = 0;
+  size_t last_open = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '{' || c == '(') last_open = i;
+    if (c == '{') ++braces;
+    if (c == '(') ++parens;
+    if (c == ')' && --parens < 0) {
+      img.log = line_message(s, i, "unbalanced ')'");
+      break;
+    }
+    if (c == '}' && --braces < 0) {
+      img.log = line_message(s, i, "unbalanced '}'");
+      break;
+    }
+    if (braces != 0 || c != '.') continue;
+    if (directive_at(s, i, ".version")) {
+      size_t p = i + 8;
+      const int major = static_cast<int>(std::strtol(s.c_str() + p, nullptr, 10));
+      p = s.find('.', p);
+      const int minor = p == std::string::npos
+                            ? 0
+                            : static_cast<int>(std::strtol(s.c_str() + p + 1, nullptr, 10));
+      img.ptx_version = major * 10 + minor;
+    } else if (directive_at(s, i, ".entry")) {
+      size_t p = i + 6;
+      PtxEntry e = read_entry(s, p);
+      if (e.name.empty()) continue;
+      auto same = std::find_if(img.entries.begin(), img.entries.end(),
+                               [&](const PtxEntry& x) { return x.name == e.name; });
+      if (same == img.entries.end()) {
+        img.entries.push_back(std::move(e));
+      } else {
+        *same = std::move(e);  // a prototype, then its definition
+      }
+    } else if ((directive_at(s, i, ".global") || directive_at(s, i, ".const")) &&
+               !extern_declaration(s, i)) {
+      PtxGlobal g = read_global(s, i + (s[i + 1] == 'g' ? 7 : 6));
+      if (!g.name.empty()) img.globals.push_back(std::move(g));
+    }
+  }
+  if (img.log.empty() && (braces != 0 || parens != 0))
+    img.log = line_message(s, last_open, braces ? "unbalanced '{'" : "unbalanced '('");
+  if (!img.log.empty()) {
+    img.kind = Image::kInvalid;
+    img.error = CUDA_ERROR_INVALID_PTX;
+    img.entries.clear();
+    img.globals.clear();
+    return img;
+  }
+  if (img.entries.empty() && std::strstr(text, ".version") == nullptr) {
+    img.kind = Image::kInvalid;  // neither PTX nor a binary image
+    img.error = CUDA_ERROR_INVALID_IMAGE;
+    img.log = "emulator: the image is neither PTX text nor a cubin or fatbin";
+    return img;
+  }
+  img.kind = Image::kPtx;
+  return img;
 }
 
 /// An ELF (cubin) or fatbin image; anything else is read as NUL-terminated PTX text. Bytes are
@@ -126,16 +348,20 @@ bool binary_image(const void* image) {
   return elf || fatbin;
 }
 
-CUresult load(CUmodule* out, const void* image) {
+// ---- modules ----
+
+CUresult load(CUmodule* out, const void* image, std::string* log) {
   if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
   *out = nullptr;
   if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
+  Image img = read_image(image);
+  *log = img.log;
+  if (img.kind == Image::kInvalid) return img.error;
   auto m = std::make_unique<Module>();
-  if (!binary_image(image)) {
-    m->ptx = true;
-    m->entries = ptx_entries(static_cast<const char*>(image));
-    if (m->entries.empty() && std::strstr(static_cast<const char*>(image), ".version") == nullptr)
-      return CUDA_ERROR_INVALID_IMAGE;  // neither PTX nor a binary image
+  m->ptx = img.kind == Image::kPtx;
+  for (const PtxEntry& e : img.entries) {
+    m->entries[e.name] = e.param_sizes;
+    m->static_shared[e.name] = e.static_shared;
   }
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
@@ -148,29 +374,19 @@ CUresult load(CUmodule* out, const void* image) {
 
 CUresult module_load_data(CUmodule* m, const void* image) {
   EMU_ENTER("cuModuleLoadData");
-  return load(m, image);
+  std::string log;
+  return load(m, image, &log);
 }
 
-// JIT options: logs come back empty (nothing is compiled); the sizes written back are 0.
+// JIT options: the error log says why an image is refused (nothing is compiled); the info log
+// comes back empty.
 CUresult module_load_data_ex(CUmodule* m, const void* image, unsigned int n, CUjit_option* options,
                              void** values) {
   EMU_ENTER("cuModuleLoadDataEx");
   if (n > 0 && (!options || !values)) return CUDA_ERROR_INVALID_VALUE;
-  const CUresult r = load(m, image);
-  for (unsigned i = 0; i < n; ++i) {
-    switch (options[i]) {
-      case CU_JIT_INFO_LOG_BUFFER:
-      case CU_JIT_ERROR_LOG_BUFFER:
-        if (values[i]) static_cast<char*>(values[i])[0] = '\0';
-        break;
-      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
-      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
-        values[i] = nullptr;  // the size in bytes written back: 0
-        break;
-      default:
-        break;
-    }
-  }
+  std::string log;
+  const CUresult r = load(m, image, &log);
+  write_jit_logs(n, options, values, log);
   return r;
 }
 
@@ -184,8 +400,10 @@ CUresult module_unload(CUmodule h) {
   std::unique_ptr<Module> m;
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    m.reset(as_module(h));
-    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+    Module* raw = as_module(h);
+    if (!raw) return CUDA_ERROR_INVALID_HANDLE;
+    if (raw->library) return CUDA_ERROR_NOT_PERMITTED;  // a library's: as the H200
+    m.reset(raw);
     s.modules.erase(m.get());
     for (const auto& f : m->functions) functions().erase(f.second.get());
     s.live.fetch_sub(1);
@@ -200,58 +418,157 @@ CUresult module_get_function(CUfunction* out, CUmodule h, const char* name) {
   std::lock_guard<std::mutex> lk(state().mu);
   Module* m = as_module(h);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
-  auto& f = m->functions[name];
-  if (!f) {
-    auto e = m->entries.find(name);
-    if (m->ptx && e == m->entries.end()) {
-      m->functions.erase(name);
-      return CUDA_ERROR_NOT_FOUND;
-    }
-    f = std::make_unique<Function>();
-    f->module = m;
-    f->name = name;
-    if (m->ptx) {
-      f->param_sizes = e->second;
-      f->sizes_known = true;
-    }
-    functions().insert(f.get());
-  }
-  *out = reinterpret_cast<CUfunction>(f.get());
+  Function* f = module_function(m, name);
+  if (!f) return CUDA_ERROR_NOT_FOUND;
+  *out = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
 }
 
-CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, unsigned shared_bytes, CUstream hs, void** params,
-                       void** extra) {
-  EMU_ENTER("cuLaunchKernel");
+// ---- launches ----
+
+constexpr unsigned kStaticSharedLimit = 227 * 1024;  // a module's function (no attributes here)
+constexpr unsigned kSharedPerSm = 233472;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_..._PER_MULTIPROCESSOR
+constexpr unsigned kSharedReservedPerBlock = 1024;
+
+struct LaunchRequest {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared = 0;
+  CUstream stream = nullptr;
+  const CUlaunchAttribute* attrs = nullptr;
+  unsigned num_attrs = 0;
+};
+
+/// What the launch attributes ask for.
+struct LaunchOptions {
+  bool cooperative = false;
+  unsigned cluster[3] = {0, 0, 0};
+};
+
+/// Reads the launch attributes. A refused attribute leaves a capture valid (as the H200).
+CUresult read_attributes(const LaunchRequest& q, LaunchOptions* out) {
+  for (unsigned i = 0; i < q.num_attrs; ++i) {
+    const CUlaunchAttributeValue& v = q.attrs[i].value;
+    switch (enum_value(q.attrs[i].id)) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:  // hints: no effect here
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:  // any value (as the H200: clamped)
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+        break;
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        out->cooperative = v.cooperative != 0;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        out->cluster[0] = v.clusterDim.x;
+        out->cluster[1] = v.clusterDim.y;
+        out->cluster[2] = v.clusterDim.z;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        if (static_cast<unsigned>(enum_value(v.clusterSchedulingPolicyPreference)) >
+            CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+          return CUDA_ERROR_INVALID_VALUE;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        if (static_cast<unsigned>(enum_value(v.memSyncDomain)) > CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+          return CUDA_ERROR_INVALID_VALUE;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:  // not emulated
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+      case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+      case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+        return CUDA_ERROR_NOT_SUPPORTED;
+      default:  // unknown, or a stream attribute (SYNCHRONIZATION_POLICY): as the H200
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+/// The configuration checks of a launch of f on a stream of device `dev` (mu held). A refused
+/// configuration invalidates a capture (as the H200).
+CUresult check_launch(const Function& f, const LaunchRequest& q, const LaunchOptions& o, int dev) {
+  const unsigned* g = q.grid;
+  const unsigned* b = q.block;
+  if (!g[0] || !g[1] || !g[2] || !b[0] || !b[1] || !b[2]) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned long long threads = static_cast<unsigned long long>(b[0]) * b[1] * b[2];
+  if (threads > 1024 || b[2] > 64 || g[1] > 65535 || g[2] > 65535) return CUDA_ERROR_INVALID_VALUE;
+  const KernelAttributes* ka = f.kernel ? &kernel_attributes(f.kernel, dev) : nullptr;
+  const unsigned shared_limit =
+      ka ? static_cast<unsigned>(ka->max_dynamic_shared) : kStaticSharedLimit;
+  if (q.shared > shared_limit) return CUDA_ERROR_INVALID_VALUE;
+  // Clusters: all-zero dimensions mean none; each must divide the grid; at most 8 blocks (16
+  // with the kernel's NON_PORTABLE_CLUSTER_SIZE_ALLOWED), as on the H200.
+  const unsigned* cluster = o.cluster;
+  if (cluster[0] || cluster[1] || cluster[2]) {
+    if (!cluster[0] || !cluster[1] || !cluster[2]) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    for (int d = 0; d < 3; ++d)
+      if (g[d] % cluster[d]) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    const unsigned long long size =
+        static_cast<unsigned long long>(cluster[0]) * cluster[1] * cluster[2];
+    if (size > ((ka && ka->non_portable_cluster) ? 16u : 8u))
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  // Cooperative: every block resident at once: per SM at most 32 blocks and 2,048 threads (and
+  // the shared memory), times the device's SMs (the H200: 264 blocks of 1,024 threads, 4,224 of
+  // 32, 264 of 101 KiB of shared memory).
+  if (o.cooperative) {
+    const unsigned long long warps_threads = (threads + 31) / 32 * 32;
+    unsigned long long per_sm = std::min<unsigned long long>(32, 2048 / warps_threads);
+    const unsigned long long shared = q.shared + f.static_shared;
+    if (shared > 0)
+      per_sm =
+          std::min<unsigned long long>(per_sm, kSharedPerSm / (shared + kSharedReservedPerBlock));
+    const unsigned long long blocks = static_cast<unsigned long long>(g[0]) * g[1] * g[2];
+    if (blocks > per_sm * device_sm_count(dev)) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// A launch of a CUfunction, or of a CUkernel cast to one (cuda.h: the function of the kernel
+// in the stream's context, or in the current context for a NULL stream; loaded there first if
+// need be, as lazy loading does, also while the stream captures).
+CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** extra) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
-  if (!valid(functions(), hf)) return CUDA_ERROR_INVALID_HANDLE;
-  const Function& f = *reinterpret_cast<const Function*>(hf);
+  Function* f = valid(functions(), hf) ? reinterpret_cast<Function*>(hf) : nullptr;
+  Kernel* kernel = !f && valid(s.kernels, hf) ? reinterpret_cast<Kernel*>(hf) : nullptr;
+  if (!f && !kernel) return CUDA_ERROR_INVALID_HANDLE;
   Stream* st = nullptr;
-  if (CUresult r = resolve_stream(hs, &st)) return r;
+  if (CUresult r = resolve_stream(q.stream, &st)) return r;
+  if (kernel) {
+    if (CUresult r = kernel_function(kernel, st->ctx, &f)) return r;
+  }
   // Loaded in another context: refused. A green context uses the primary context's modules,
   // and the primary context its green contexts' (resource_owner).
-  if (resource_owner(f.module->ctx) != resource_owner(st->ctx)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
-  if (static_cast<unsigned long long>(bx) * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (shared_bytes > 227 * 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (resource_owner(f->module->ctx) != resource_owner(st->ctx)) return CUDA_ERROR_INVALID_HANDLE;
+  LaunchOptions options;
+  if (CUresult r = read_attributes(q, &options)) return r;
+  if (CUresult r = check_launch(*f, q, options, st->ctx->device)) {
+    if (st->capture) invalidate(st->capture.get());
+    return r;
+  }
   if (extra) return CUDA_ERROR_NOT_SUPPORTED;  // packed arguments are not emulated
   auto k = std::make_shared<KernelLaunch>();
-  k->name = f.name;
-  k->grid[0] = gx, k->grid[1] = gy, k->grid[2] = gz;
-  k->block[0] = bx, k->block[1] = by, k->block[2] = bz;
-  k->shared_bytes = shared_bytes;
+  k->name = f->name;
+  std::memcpy(k->grid, q.grid, sizeof k->grid);
+  std::memcpy(k->block, q.block, sizeof k->block);
+  k->shared_bytes = q.shared;
+  if (f->module->library) {
+    k->of_library = true;
+    k->library = f->module->library->alive;
+  }
   {
     Kernels& ks = kernels();
     std::lock_guard<std::mutex> klk(ks.mu);
-    auto it = ks.impls.find(f.name);
+    auto it = ks.impls.find(f->name);
     if (it != ks.impls.end()) k->impl = it->second;
   }
   if (k->impl) {
     const std::vector<size_t>* sizes = k->impl->sizes_given ? &k->impl->param_sizes
-                                       : f.sizes_known      ? &f.param_sizes
+                                       : f->sizes_known     ? &f->param_sizes
                                                             : nullptr;
     if (!sizes) return CUDA_ERROR_NOT_SUPPORTED;  // cubin/fatbin: register the sizes
     if (!sizes->empty() && !params) return CUDA_ERROR_INVALID_VALUE;
@@ -267,7 +584,109 @@ CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, uns
   return enqueue(st, std::move(w));
 }
 
+CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shared_bytes, CUstream hs, void** params,
+                       void** extra) {
+  EMU_ENTER("cuLaunchKernel");
+  LaunchRequest q;
+  q.grid[0] = gx, q.grid[1] = gy, q.grid[2] = gz;
+  q.block[0] = bx, q.block[1] = by, q.block[2] = bz;
+  q.shared = shared_bytes;
+  q.stream = hs;
+  return launch(hf, q, params, extra);
+}
+
+// cuLaunchKernelEx: cuLaunchKernel with a configuration and launch attributes (check_launch).
+CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  EMU_ENTER("cuLaunchKernelEx");
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (config->numAttrs > 0 && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  LaunchRequest q;
+  q.grid[0] = config->gridDimX, q.grid[1] = config->gridDimY, q.grid[2] = config->gridDimZ;
+  q.block[0] = config->blockDimX, q.block[1] = config->blockDimY, q.block[2] = config->blockDimZ;
+  q.shared = config->sharedMemBytes;
+  q.stream = config->hStream;
+  q.attrs = config->attrs;
+  q.num_attrs = config->numAttrs;
+  return launch(f, q, params, extra);
+}
+
 }  // namespace
+
+Image read_image(const void* image) {
+  if (binary_image(image)) {
+    Image img;
+    img.kind = Image::kBinary;
+    return img;
+  }
+  return read_ptx(static_cast<const char*>(image));
+}
+
+void write_jit_logs(unsigned n, const CUjit_option* options, void** values,
+                    const std::string& error_log) {
+  char* error_buf = nullptr;
+  char* info_buf = nullptr;
+  size_t error_cap = 0, info_cap = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const auto v = reinterpret_cast<uintptr_t>(values[i]);
+    switch (enum_value(options[i])) {
+      case CU_JIT_ERROR_LOG_BUFFER:
+        error_buf = static_cast<char*>(values[i]);
+        break;
+      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+        error_cap = static_cast<size_t>(v);
+        break;
+      case CU_JIT_INFO_LOG_BUFFER:
+        info_buf = static_cast<char*>(values[i]);
+        break;
+      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        info_cap = static_cast<size_t>(v);
+        break;
+      default:
+        break;
+    }
+  }
+  size_t error_written = 0;
+  if (error_buf) {
+    error_buf[0] = '\0';
+    if (error_cap > 1 && !error_log.empty()) {
+      const size_t len = std::min(error_log.size(), error_cap - 1);
+      std::memcpy(error_buf, error_log.data(), len);
+      error_buf[len] = '\0';
+      error_written = len;  // the H200 counts the characters, not the NUL
+    }
+  }
+  if (info_buf) info_buf[0] = '\0';
+  (void)info_cap;
+  for (unsigned i = 0; i < n; ++i) {
+    if (enum_value(options[i]) == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+      values[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(error_written));
+    if (enum_value(options[i]) == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) values[i] = nullptr;  // empty
+  }
+}
+
+Function* module_function(Module* m, const std::string& name) {
+  auto& f = m->functions[name];
+  if (!f) {
+    auto e = m->entries.find(name);
+    if (m->ptx && e == m->entries.end()) {
+      m->functions.erase(name);
+      return nullptr;
+    }
+    f = std::make_unique<Function>();
+    f->module = m;
+    f->name = name;
+    if (m->ptx) {
+      f->param_sizes = e->second;
+      f->sizes_known = true;
+      f->static_shared = m->static_shared[name];
+    }
+    if (m->library) f->kernel = library_kernel(m->library, name);
+    functions().insert(f.get());
+  }
+  return f.get();
+}
 
 void release_context_modules(Context* ctx) {
   State& s = state();
@@ -279,10 +698,16 @@ void release_context_modules(Context* ctx) {
     }
     for (const auto& f : m->functions) functions().erase(f.second.get());
     it = s.modules.erase(it);
-    s.live.fetch_sub(1);
+    if (m->library) {
+      release_library_context(m);  // the library stays loaded elsewhere
+    } else {
+      s.live.fetch_sub(1);
+    }
     delete m;  // launches in flight hold copies, never the module
   }
 }
+
+bool kernel_code_unloaded(const KernelLaunch& k) { return k.of_library && k.library.expired(); }
 
 void run_kernel(const KernelLaunch& k) {
   if (k.impl) {
@@ -310,6 +735,7 @@ void register_module_entries(std::vector<Entry>& out) {
                             EMU_ENTRY(cuModuleUnload, 2000, module_unload),
                             EMU_ENTRY(cuModuleGetFunction, 2000, module_get_function),
                             EMU_ENTRY(cuLaunchKernel, 4000, launch_kernel),
+                            EMU_ENTRY(cuLaunchKernelEx, 11060, launch_kernel_ex),
                         });
 }
 

@@ -70,6 +70,7 @@ const Table& table() {
     register_graph_entries(all);
     register_user_object_entries(all);
     register_module_entries(all);
+    register_library_entries(all);
     register_green_entries(all);
     auto* out = new Table;  // leaked: process lifetime (invariant 5)
     for (const Entry& e : all) (*out)[e.name].push_back(e);
