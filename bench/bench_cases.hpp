@@ -27,6 +27,10 @@ void add_graph_cases(std::vector<Case>& cases);
 /// skipped, with the reason, where the driver has no green contexts.
 void add_context_cases(std::vector<Case>& cases);
 
+/// A launch through a library kernel, a kernel lookup by name, and a library cache hit against
+/// the driver load it saves (docs/performance.md). Device 0.
+void add_library_cases(std::vector<Case>& cases);
+
 /// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
 /// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),
 /// after it the gate opens and the stream is synchronized (both untimed). So an enqueueing

@@ -328,6 +328,7 @@ std::vector<Case> all_cases() {
   add_stream_cases(cases);
   add_graph_cases(cases);
   add_context_cases(cases);
+  add_library_cases(cases);
   return cases;
 }
 

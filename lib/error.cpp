@@ -96,6 +96,8 @@ std::string subject_text(const Subject& subject) {
       return "executable graph " + pointer_text(subject.handle);
     case What::module:
       return "module " + pointer_text(subject.handle) + device;
+    case What::library:
+      return "library " + pointer_text(subject.handle);
     case What::context:
       return "context " + pointer_text(subject.handle) + (subject.device >= 0 ? device : "");
   }

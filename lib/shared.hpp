@@ -46,10 +46,12 @@ struct EventOwner;
 struct GraphOwner;
 struct ModuleOwner;
 struct ContextOwner;
+struct LibraryOwner;
 extern template struct Refs<StreamOwner>;
 extern template struct Refs<EventOwner>;
 extern template struct Refs<GraphOwner>;
 extern template struct Refs<ModuleOwner>;
 extern template struct Refs<ContextOwner>;
+extern template struct Refs<LibraryOwner>;
 
 }  // namespace custream::detail

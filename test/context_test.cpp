@@ -276,7 +276,12 @@ TEST_CASE("each object made in an owned context keeps it alive, alone", "[contex
   std::optional<custream::DeviceBuffer> b;
   check(
       "a buffer", [&](const Context& c) { b.emplace(64, c); },
-      [&] { Stream(Context::wrap(handle)).memset(b->get(), 0, 64); }, [&] { b.reset(); });
+      [&] {
+        const Stream t(Context::wrap(handle));
+        t.memset(b->get(), 0, 64);
+        t.synchronize();  // before the buffer goes
+      },
+      [&] { b.reset(); });
   std::optional<ContextScope> scope;
   check(
       "a scope", [&](const Context& c) { scope.emplace(c); }, [&] { CHECK(current() == handle); },

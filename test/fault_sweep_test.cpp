@@ -69,6 +69,8 @@
 #include "custream/graph.hpp"
 #include "custream/host_function.hpp"
 #include "custream/kernel.hpp"
+#include "custream/library.hpp"
+#include "custream/library_kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
@@ -184,6 +186,8 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuThreadExchangeStreamCaptureMode", "never called by the library; the conformance suite"},
       {"cuMemcpyDtoDAsync", "never called by the library (device to device is cuMemcpyAsync)"},
       {"cuGraphCreate", "never called by the library; tests build graphs with it"},
+      {"cuLibraryGetKernel",
+       "called only with a driver older than 12.4, which cannot enumerate a library's kernels"},
   };
   return reasons;
 }
@@ -855,6 +859,34 @@ std::vector<Operation> operations() {
     custream::Graph graph = capture.end();
     graph.launch(wrapped);
     s.synchronize();
+  });
+  add("libraries: load (cached and not), kernels by name, launch, globals, attributes", [] {
+    const char* const ptx =
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .global .align 4 .u32 sweep_counter;\n"
+        ".visible .entry sweep_noop()\n{\n  ret;\n}\n";
+    const custream::Library lib = custream::Library::from_ptx(ptx, custream::LibraryCache::bypass);
+    const custream::Library cached = custream::Library::from_ptx(ptx);
+    expect(custream::Library::from_ptx(ptx) == cached, "the cached library");
+    custream::Library::clear_cache();
+    const custream::LibraryKernel k = lib.kernel("sweep_noop");
+    for (const int device : {0, other_device()}) {
+      Stream s(custream::Device(device), custream::StreamFlags::non_blocking);
+      k.launch(s, {1}, {1}, 0);
+      k.launch(s, {1}, {1}, 0);  // the cached function
+      s.synchronize();
+    }
+    lib.preload(custream::Device(0));
+    const custream::LibraryGlobal g =
+        lib.global("sweep_counter", custream::Device(0).primary_context());
+    expect(g.bytes == 4, "the global's size");
+    try {
+      (void)lib.managed("sweep_counter");  // not managed: the driver says so
+    } catch (const custream::Error& e) {
+      if (e.result() != CUDA_ERROR_NOT_FOUND && e.result() != CUDA_ERROR_INVALID_VALUE) throw;
+    }
+    expect(k.attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0) > 0, "an attribute");
+    k.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0, 0);
   });
   add("errors: the driver's description of a failed call", [] {
     try {

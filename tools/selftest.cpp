@@ -325,6 +325,21 @@ struct DeviceChecks {
       expect(v == 42, "the kernel wrote " + std::to_string(v));
     });
 
+    row(t, d, "library kernel (one load for every device)", [&] {
+      if (!no_kernels.empty()) throw Skip{no_kernels};
+      if (custream::testing::driver().cuLibraryLoadData == nullptr) {
+        throw Skip{"libraries need a CUDA 12.0 driver"};
+      }
+      need_stream();
+      // The process-wide cache: every device's row gets the same library.
+      const custream::Library lib = custream::Library::from_ptx(custream_bench::kTrivialPtx);
+      expect(custream::Library::from_ptx(custream_bench::kTrivialPtx) == lib,
+             "the same image was loaded twice");
+      lib.kernel("set_value").launch(stream, 1, 1, 0, buffer.get(), 43);
+      const int v = read_int(stream, buffer.get());
+      expect(v == 43, "the kernel wrote " + std::to_string(v));
+    });
+
     if (!no_kernels.empty()) {
       row(t, d, "capture (PTX kernel + host function)", [&] { throw Skip{no_kernels}; });
     }

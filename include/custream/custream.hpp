@@ -26,6 +26,8 @@
 #include "custream/host_function_error_handler.hpp"
 #include "custream/instantiate_flags.hpp"
 #include "custream/kernel.hpp"
+#include "custream/library.hpp"
+#include "custream/library_kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/release_error.hpp"
 #include "custream/release_error_handler.hpp"

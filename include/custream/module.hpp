@@ -24,7 +24,9 @@ struct ModuleOwner;
 /// it; the last copy (or Kernel taken from it) unloads it. Its kernels run on streams of the
 /// context it was loaded in, and of the device's green contexts when that is the primary
 /// context (green contexts share the primary context's modules); a module of a created
-/// context is usable only there.
+/// context is usable only there. For code that runs on several devices or contexts, or that
+/// a JIT tool loads many times, prefer custream::Library (loaded once for every device, and
+/// cached by content).
 ///
 /// For JIT and kernel-loader tools: PTX text is compiled by the driver's JIT for the device;
 /// a failure carries the JIT's error log in the message.

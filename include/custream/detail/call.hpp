@@ -19,7 +19,7 @@ namespace detail {
 
 /// What a failing call was about; formatted only when it fails, in the one format every error
 /// subject has: "device 0", "stream 0x5581… (device 0)", "event 0x… (device 0)",
-/// "graph 0x…", "executable graph 0x…", "module 0x… (device 0)", "context 0x…", or nothing.
+/// "graph 0x…", "executable graph 0x…", "module 0x… (device 0)", "context 0x…", "library 0x…", or nothing.
 struct Subject {
   /// The kind of object.
   enum class What : unsigned char {
@@ -30,7 +30,8 @@ struct Subject {
     graph,
     executable,
     module,
-    context
+    context,
+    library
   };
   What what = What::none;
   const void* handle = nullptr;

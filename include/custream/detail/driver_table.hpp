@@ -106,7 +106,18 @@
   X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, true)                                 \
   X(cuModuleUnload, cuModuleUnload, 2000, true)                                         \
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, true)                               \
-  X(cuLaunchKernel, cuLaunchKernel, 4000, true)
+  X(cuLaunchKernel, cuLaunchKernel, 4000, true)                                         \
+  X(cuLibraryLoadData, cuLibraryLoadData, 12000, false)                                 \
+  X(cuLibraryUnload, cuLibraryUnload, 12000, false)                                     \
+  X(cuLibraryGetKernel, cuLibraryGetKernel, 12000, false)                               \
+  X(cuLibraryGetKernelCount, cuLibraryGetKernelCount, 12040, false)                     \
+  X(cuLibraryEnumerateKernels, cuLibraryEnumerateKernels, 12040, false)                 \
+  X(cuKernelGetName, cuKernelGetName, 12030, false)                                     \
+  X(cuKernelGetFunction, cuKernelGetFunction, 12000, false)                             \
+  X(cuLibraryGetGlobal, cuLibraryGetGlobal, 12000, false)                               \
+  X(cuLibraryGetManaged, cuLibraryGetManaged, 12000, false)                             \
+  X(cuKernelGetAttribute, cuKernelGetAttribute, 12000, false)                           \
+  X(cuKernelSetAttribute, cuKernelSetAttribute, 12000, false)
 
 namespace custream::detail {
 

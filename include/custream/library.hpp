@@ -1,0 +1,114 @@
+/// @file
+/// custream::Library: code loaded once for the whole process and every device (CUlibrary).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "custream/detail/shared.hpp"
+
+namespace custream {
+
+class Context;
+class Device;
+class LibraryKernel;
+
+namespace detail {
+/// Shared ownership of a loaded library and of its kernels' per-context functions.
+struct LibraryOwner;
+}  // namespace detail
+
+/// Whether a load may use the process-wide cache of loaded images (Library::from_ptx, …).
+enum class LibraryCache : unsigned char {
+  use,     ///< the same image (same bytes) loaded again returns the same Library
+  bypass,  ///< always a new driver load, and the result is not cached
+};
+
+/// A device variable of a Library in one context: its address and size.
+struct LibraryGlobal {
+  CUdeviceptr address = 0;  ///< the variable's device address in that context
+  std::size_t bytes = 0;    ///< its size
+};
+
+/// Code loaded once for the whole process and every device (cuLibraryLoadData, CUDA 12.0+),
+/// as a value handle: copies share it, and the last copy (or LibraryKernel taken from it, or
+/// the cache) unloads it. Unlike a Module, which is loaded into one context, a Library's
+/// kernels launch on streams of any device and any context: each kernel is resolved to the
+/// stream's context's function (cuKernelGetFunction) once, then cached.
+///
+/// Loading is content-addressed: the same image loaded again (same bytes) returns the same
+/// Library without another driver load. The cache keeps the libraries of the 64 most recently
+/// loaded images, at most 256 MiB of images together, loaded (least recently used first out);
+/// LibraryCache::bypass skips it, and clear_cache() empties it.
+///
+/// For JIT tools: PTX is compiled by the driver's JIT for each device when a kernel is first
+/// resolved there (lazily), or all at once with preload(). A failure carries the JIT's error
+/// log in the message.
+class Library {
+ public:
+  /// No library.
+  Library() noexcept = default;
+
+  /// Loads PTX text. @throws Error with the JIT error log when the driver refuses it; Error
+  /// naming the minimum driver (12.0) when the driver has no libraries.
+  static Library from_ptx(std::string_view ptx, LibraryCache cache = LibraryCache::use);
+  /// Loads a cubin or fatbin image, or NUL-terminated PTX, of `bytes` bytes.
+  /// @throws as from_ptx(); Error (CUDA_ERROR_INVALID_VALUE) for a null or empty image.
+  static Library from_image(const void* image, std::size_t bytes,
+                            LibraryCache cache = LibraryCache::use);
+  /// Reads the file at `path` (PTX, cubin or fatbin) and loads it.
+  /// @throws Error when the file cannot be read (naming it), or as from_ptx().
+  static Library from_file(const std::string& path, LibraryCache cache = LibraryCache::use);
+
+  /// Drops the cache's references (loaded libraries still referred to stay loaded).
+  static void clear_cache() noexcept;
+  /// How many libraries the cache holds.
+  static std::size_t cached_count() noexcept;
+
+  /// The kernel `name` (its mangled name for C++ kernels not declared extern "C"). After the
+  /// first call for a name, a lookup without a driver call or a lock.
+  /// @throws Error (CUDA_ERROR_NOT_FOUND) naming the kernel and listing the library's kernels;
+  /// Error (CUDA_ERROR_INVALID_HANDLE) for an empty Library.
+  LibraryKernel kernel(const std::string& name) const;
+  /// The names of its kernels, in the driver's order.
+  const std::vector<std::string>& kernel_names() const;
+
+  /// Resolves every kernel in `context` now (cuKernelGetFunction), so that no lazy load
+  /// happens later, e.g. inside a capture or next to persistent kernels.
+  /// @throws Error naming the kernel, the context and the driver's error (the JIT log is the
+  /// driver's to keep).
+  void preload(const Context& context) const;
+  /// preload(device.primary_context()). @throws as above.
+  void preload(const Device& device) const;
+
+  /// The device variable `name` in `context` (cuLibraryGetGlobal with it current).
+  /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable.
+  LibraryGlobal global(const std::string& name, const Context& context) const;
+  /// The managed variable `name` (cuLibraryGetManaged), valid in every context.
+  /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable.
+  LibraryGlobal managed(const std::string& name) const;
+
+  /// The CUlibrary (null when empty).
+  CUlibrary handle() const noexcept;
+  /// True unless empty.
+  explicit operator bool() const noexcept { return static_cast<bool>(owner_); }
+
+  /// Same CUlibrary.
+  friend bool operator==(const Library& a, const Library& b) noexcept {
+    return a.owner_.get() == b.owner_.get();
+  }
+  /// Different CUlibraries.
+  friend bool operator!=(const Library& a, const Library& b) noexcept { return !(a == b); }
+
+ private:
+  friend class LibraryKernel;
+  static Library load(const void* image, std::size_t bytes, LibraryCache cache, const char* what);
+
+  detail::Shared<detail::LibraryOwner> owner_;
+};
+
+}  // namespace custream

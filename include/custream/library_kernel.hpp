@@ -1,0 +1,92 @@
+/// @file
+/// custream::LibraryKernel: a kernel of a Library (CUkernel), launched on any device's stream.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "custream/detail/shared.hpp"
+#include "custream/dim3.hpp"
+#include "custream/library.hpp"
+#include "custream/stream_ref.hpp"
+
+namespace custream {
+
+namespace detail {
+/// A kernel of a library and its functions per context (lib/library.hpp).
+struct KernelState;
+}  // namespace detail
+
+/// A kernel of a Library (CUkernel); it keeps the library loaded.
+///
+/// @code
+/// custream::Library lib = custream::Library::from_ptx(ptx);  // once, for every device
+/// custream::LibraryKernel add_one = lib.kernel("add_one");
+/// add_one.launch(stream_on_device_0, {blocks}, {256}, 0, buffer0.get(), n);
+/// add_one.launch(stream_on_device_1, {blocks}, {256}, 0, buffer1.get(), n);
+/// @endcode
+/// The first launch on a stream of a context resolves the kernel's function there
+/// (cuKernelGetFunction, which loads it into that context); later launches there make one
+/// driver call (cuLaunchKernel). A launch on a capturing stream is captured (a kernel node).
+class LibraryKernel {
+ public:
+  /// No kernel.
+  LibraryKernel() noexcept = default;
+
+  /// The CUkernel.
+  CUkernel handle() const noexcept { return kernel_; }
+  /// Its name.
+  const std::string& name() const noexcept;
+  /// The library it belongs to.
+  Library library() const noexcept;
+
+  /// Its function in `context` (cuKernelGetFunction with it current, once per context, then
+  /// cached). @throws Error naming the kernel and the context on a driver failure.
+  CUfunction function(const Context& context) const;
+
+  /// Launches the kernel on `stream` with `grid` blocks of `block` threads, `shared_bytes`
+  /// of dynamic shared memory, and `args` as its parameters (each passed by value, so its
+  /// type must match the kernel's parameter type exactly: e.g. CUdeviceptr for a pointer, int
+  /// for .s32). In the stream's context, whatever is current; for the special handles 0, 1
+  /// and 2, the current context's function.
+  /// @throws Error naming the kernel, stream and configuration on a driver failure.
+  template <typename... Args>
+  void launch(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+              const Args&... args) const {
+    static_assert((std::is_trivially_copyable_v<Args> && ...),
+                  "kernel arguments are copied bytewise: they must be trivially copyable");
+    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
+                                         nullptr};
+    launch_raw(stream, grid, block, shared_bytes, params);
+  }
+
+  /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams).
+  /// @throws Error on a driver failure.
+  void launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                  void** params) const;
+
+  /// An attribute of the kernel on `device` (cuKernelGetAttribute).
+  /// @throws Error naming the kernel, the attribute and the device on a driver failure.
+  int attribute(CUfunction_attribute attribute, int device) const;
+  /// Sets an attribute of the kernel on `device` (cuKernelSetAttribute), e.g.
+  /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before a launch with more than 48 KiB of
+  /// dynamic shared memory. @throws Error naming the kernel, the attribute, the value and the
+  /// device on a driver failure.
+  void set_attribute(CUfunction_attribute attribute, int value, int device) const;
+
+ private:
+  friend class Library;
+  LibraryKernel(detail::KernelState* state, CUkernel kernel, Library library) noexcept
+      : state_(state), kernel_(kernel), library_(std::move(library)) {}
+  /// The function for `stream` (cached per context). @throws Error.
+  CUfunction function_for(const StreamRef& stream) const;
+
+  detail::KernelState* state_ = nullptr;  // owned by the library
+  CUkernel kernel_ = nullptr;
+  Library library_;
+};
+
+}  // namespace custream

@@ -1,0 +1,283 @@
+// custream::Library and LibraryKernel: context-independent loading, kernels on every device and
+// every kind of context, the content-addressed cache, globals, attributes, errors, lifetimes.
+// Design: docs/design/libraries.md.
+#include "custream/library.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "custream/context.hpp"
+#include "custream/context_scope.hpp"
+#include "custream/device.hpp"
+#include "custream/device_buffer.hpp"
+#include "custream/graph.hpp"
+#include "custream/library_kernel.hpp"
+#include "custream/sm_resource.hpp"
+#include "custream/stream.hpp"
+#include "emu/emu_control.h"
+#include "test_support.hpp"
+
+using custream::Context;
+using custream::Device;
+using custream::Library;
+using custream::LibraryCache;
+using custream::LibraryKernel;
+using custream::Stream;
+using custream::StreamFlags;
+using custream_test::expect_error;
+
+namespace {
+
+// Two kernels and a global; `tag` makes images of different bytes.
+std::string ptx(int tag = 0) {
+  return R"(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .global .align 4 .u32 library_counter;
+
+.visible .entry library_add(
+  .param .u64 data,
+  .param .u32 value
+)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [data];
+  ld.param.u32 %r1, [value];
+  cvta.to.global.u64 %rd2, %rd1;
+  ld.global.u32 %r2, [%rd2];
+  add.s32 %r3, %r2, %r1;
+  st.global.u32 [%rd2], %r3;
+  ret;
+}
+
+.visible .entry library_noop()
+{
+  ret;
+}
+// tag )" +
+         std::to_string(tag) + "\n";
+}
+
+void cpu_add(const custream_emu_kernel_launch* l) {
+  int* data = nullptr;
+  int value = 0;
+  std::memcpy(&data, l->params[0], sizeof data);
+  std::memcpy(&value, l->params[1], sizeof value);
+  *data += value;
+}
+
+void register_add() {
+  if (!custream_test::emulated()) return;
+  auto reg = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+      "custream_emu_register_kernel");
+  REQUIRE(reg != nullptr);
+  REQUIRE(reg("library_add", cpu_add, nullptr, nullptr, 0) == 0);
+}
+
+bool has_libraries() {
+  const auto& api = custream::detail::api();
+  return api.cuLibraryLoadData != nullptr && api.cuKernelGetFunction != nullptr &&
+         api.cuLibraryGetKernelCount != nullptr;
+}
+
+// Adds `value` to a fresh cell on `s` with `k`, and returns the cell's value.
+int add_on(const LibraryKernel& k, const Stream& s, int start, int value) {
+  custream::DeviceBuffer cell(sizeof(int), s);
+  s.memset32(cell.get(), static_cast<std::uint32_t>(start), 1);
+  k.launch(s, {1}, {1}, 0, cell.get(), value);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("a library: its kernels by name, launched on every device", "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries (CUDA 12.4 to enumerate)");
+  register_add();
+  const Library lib = Library::from_ptx(ptx(), LibraryCache::bypass);
+  REQUIRE(lib);
+  CHECK(lib.handle() != nullptr);
+  std::vector<std::string> names = lib.kernel_names();
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"library_add", "library_noop"});
+  const LibraryKernel add = lib.kernel("library_add");
+  CHECK(add.name() == "library_add");
+  CHECK(add.library() == lib);
+  CHECK(lib.kernel("library_add").handle() == add.handle());
+  expect_error([&] { (void)lib.kernel("missing"); }, CUDA_ERROR_NOT_FOUND,
+               "the library's kernels: library_");
+  for (int d = 0; d < Device::count(); ++d) {
+    INFO("device " << d);
+    const Stream s(Device(d), StreamFlags::non_blocking);
+    CHECK(add_on(add, s, 40, 2) == 42);
+    CHECK(add_on(add, s, 1, 2) == 3);  // the cached function
+    const CUfunction f = add.function(Device(d).primary_context());
+    CHECK(f != nullptr);
+    CHECK(add.function(Device(d).primary_context()) == f);
+  }
+  if (Device::count() > 1) {
+    CHECK(add.function(Device(0).primary_context()) != add.function(Device(1).primary_context()));
+  }
+  // Captured and replayed.
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), Device(0));
+  s.memset32(cell.get(), 0, 1);
+  s.begin_capture();
+  add.launch(s, {1}, {1}, 0, cell.get(), 5);
+  custream::Graph g = s.end_capture();
+  g.launch(s);
+  g.launch(s);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 10);
+}
+
+TEST_CASE("a library kernel on streams of created and green contexts", "[library][context][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  register_add();
+  const Library lib = Library::from_ptx(ptx(), LibraryCache::bypass);
+  const LibraryKernel add = lib.kernel("library_add");
+  Device(0).make_current();
+  const auto& api = custream::detail::api();
+  if (api.cuCtxCreate != nullptr) {
+    const Context created = Context::create(Device(0));
+    const Stream s(created, StreamFlags::non_blocking);
+    CHECK(add_on(add, s, 1, 1) == 2);
+    CHECK(add_on(add, s, 2, 1) == 3);
+    CHECK(add.function(created) != add.function(Device(0).primary_context()));
+  }
+  if (api.cuGreenCtxStreamCreate != nullptr && api.cuDeviceGetDevResource != nullptr) {
+    const Context green = Context::create_green(Device(0).split_sms(1, 1).groups.at(0));
+    const Stream s(green);
+    CHECK(add_on(add, s, 5, 1) == 6);
+  }
+  CUcontext now = nullptr;
+  REQUIRE(api.cuCtxGetCurrent(&now) == CUDA_SUCCESS);
+  CHECK(now == Device(0).primary_context().handle());
+}
+
+TEST_CASE("the library cache: the same image is loaded once, bounded, bypassable",
+          "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  Library::clear_cache();
+  CHECK(Library::cached_count() == 0);
+  const Library a = Library::from_ptx(ptx(1));
+  const Library b = Library::from_ptx(ptx(1));
+  CHECK(a == b);  // no second driver load
+  CHECK(a.handle() == b.handle());
+  CHECK(Library::cached_count() == 1);
+  const Library c = Library::from_ptx(ptx(2));
+  CHECK(c != a);
+  CHECK(Library::cached_count() == 2);
+  const Library d = Library::from_ptx(ptx(1), LibraryCache::bypass);
+  CHECK(d != a);
+  CHECK(Library::cached_count() == 2);
+  // Bounded: the 64 most recent images.
+  for (int i = 0; i < 70; ++i) (void)Library::from_ptx(ptx(100 + i));
+  CHECK(Library::cached_count() == 64);
+  CHECK(Library::from_ptx(ptx(1)) != a);  // evicted: loaded again
+  Library::clear_cache();
+  CHECK(Library::cached_count() == 0);
+  CHECK(a.kernel("library_noop").handle() != nullptr);  // still loaded: referred to
+}
+
+TEST_CASE("the library cache under 16 threads loading the same and different images",
+          "[library][gpu][threads]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  Library::clear_cache();
+  std::vector<std::thread> threads;
+  std::vector<Library> same(16), own(16);
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      same[t] = Library::from_ptx(ptx(7));
+      own[t] = Library::from_ptx(ptx(1000 + t));
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Racing first loads of one image may each load it; after the race one is cached.
+  const Library cached = Library::from_ptx(ptx(7));
+  int matches = 0;
+  for (int t = 0; t < 16; ++t) {
+    matches += same[t] == cached;
+    CHECK(own[t]);
+    for (int u = 0; u < t; ++u) CHECK(own[t] != own[u]);
+  }
+  CHECK(matches >= 1);
+  Library::clear_cache();
+}
+
+TEST_CASE("library globals, attributes and preloading", "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  const Library lib = Library::from_ptx(ptx(), LibraryCache::bypass);
+  const Context primary = Device(0).primary_context();
+  lib.preload(Device(0));
+  const custream::LibraryGlobal g = lib.global("library_counter", primary);
+  CHECK(g.address != 0);
+  CHECK(g.bytes == 4);
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  s.memset32(g.address, 9, 1);
+  std::uint32_t host = 0;
+  s.copy(&host, g.address, sizeof host);
+  s.synchronize();
+  CHECK(host == 9);
+  expect_error([&] { (void)lib.global("missing", primary); }, CUDA_ERROR_NOT_FOUND, "missing");
+  const LibraryKernel add = lib.kernel("library_add");
+  CHECK(add.attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0) > 0);
+  add.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024, 0);
+  CHECK(add.attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0) == 1024);
+  expect_error(
+      [&] { add.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 30, 0); },
+      CUDA_ERROR_INVALID_VALUE, "library_add");
+}
+
+TEST_CASE("library errors: bad images, files, empty handles; kernels keep the library",
+          "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  // A bad image is refused at load, or, where the driver loads lazily (the H200 does), it
+  // loads with no kernels and a lookup names none.
+  const char garbage[] = "this is not a module image";
+  try {
+    const Library bad = Library::from_image(garbage, sizeof garbage, LibraryCache::bypass);
+    CHECK(bad.kernel_names().empty());
+    expect_error([&] { (void)bad.kernel("library_add"); }, CUDA_ERROR_NOT_FOUND,
+                 "the library's kernels: none");
+  } catch (const custream::Error& e) {
+    CHECK(std::string(e.what()).find("cuLibraryLoadData") != std::string::npos);
+  }
+  expect_error([&] { (void)Library::from_image(nullptr, 8); }, CUDA_ERROR_INVALID_VALUE, "null");
+  expect_error([] { (void)Library::from_file("/no/such/file.ptx"); }, CUDA_ERROR_FILE_NOT_FOUND,
+               "/no/such/file.ptx");
+  expect_error([] { (void)Library().kernel("x"); }, CUDA_ERROR_INVALID_HANDLE, "empty");
+  const std::string path = "/tmp/custream-library-test.ptx";
+  {
+    std::ofstream out(path);
+    out << ptx(3);
+  }
+  LibraryKernel noop;
+  {
+    const Library lib = Library::from_file(path, LibraryCache::bypass);
+    noop = lib.kernel("library_noop");
+  }  // the kernel keeps the library loaded
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  noop.launch(s, {1}, {1}, 0);
+  s.synchronize();
+  std::remove(path.c_str());
+}
