@@ -39,10 +39,6 @@ std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
   return h ^ (h >> 32);
 }
 
-std::size_t NameHash::operator()(const std::string& name) const noexcept {
-  return static_cast<std::size_t>(hash_bytes(name.data(), name.size()));
-}
-
 LibraryOwner::~LibraryOwner() {
   if (library != nullptr) release_call<&DriverApi::cuLibraryUnload>("library", library, library);
 }

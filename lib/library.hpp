@@ -27,13 +27,8 @@ struct KernelState {
   std::unique_ptr<std::atomic<CUfunction>[]> primary;
 };
 
-/// A 64-bit hash of `bytes` bytes, eight at a time: kernel names and cached images.
+/// A 64-bit hash of `bytes` bytes, eight at a time: the cache's key of an image.
 std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept;
-
-/// The hash of a kernel name (hash_bytes: kernel lookups are on launch paths).
-struct NameHash {
-  std::size_t operator()(const std::string& name) const noexcept;
-};
 
 /// A loaded library; the last reference unloads it (invariant 1).
 struct LibraryOwner : Counted {
@@ -41,7 +36,7 @@ struct LibraryOwner : Counted {
   CUlibrary library = nullptr;
   /// Every kernel, enumerated at load (invariant 2): immutable afterwards, read without a lock.
   std::vector<std::unique_ptr<KernelState>> kernels;
-  std::unordered_map<std::string, KernelState*, NameHash> by_name;
+  std::unordered_map<std::string, KernelState*> by_name;
   std::vector<std::string> names;
   /// A driver older than 12.4 cannot enumerate: kernels are then looked up on first use and
   /// added here, under `lazy_mutex`.
