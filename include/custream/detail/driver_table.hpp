@@ -117,7 +117,14 @@
   X(cuLibraryGetGlobal, cuLibraryGetGlobal, 12000, false)                               \
   X(cuLibraryGetManaged, cuLibraryGetManaged, 12000, false)                             \
   X(cuKernelGetAttribute, cuKernelGetAttribute, 12000, false)                           \
-  X(cuKernelSetAttribute, cuKernelSetAttribute, 12000, false)
+  X(cuKernelSetAttribute, cuKernelSetAttribute, 12000, false)                           \
+  X(cuKernelGetParamInfo, cuKernelGetParamInfo, 12040, false)                           \
+  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, false)                                   \
+  X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
+    cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
+  X(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams, 12000, false)
 
 namespace custream::detail {
 
