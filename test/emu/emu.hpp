@@ -46,6 +46,9 @@
 //     a graph holds the launch, is safe. A launch of a library's kernel holds a weak reference
 //     to the library's liveness token: cuGraphLaunch of an executable that holds such a launch
 //     after the library was unloaded answers CUDA_ERROR_INVALID_HANDLE (the H200 may crash).
+//     It keeps the handles of the function, kernel and context it was launched with as values
+//     for cuGraphKernelNodeGetParams to hand back (stale after an unload, as a driver's are),
+//     never dereferenced.
 #pragma once
 
 #include <cuda.h>
@@ -135,6 +138,10 @@ struct Work {
 void run_kernel(const KernelLaunch& k);
 /// True when the launch is of a library's kernel and the library has been unloaded since.
 bool kernel_code_unloaded(const KernelLaunch& k);
+/// What cuGraphKernelNodeGetParams answers for a kernel node holding launch k: the launch's
+/// configuration, handles, and its copies of the arguments (owned by the launch, so valid while
+/// a graph holds it).
+void kernel_node_params(const KernelLaunch& k, CUDA_KERNEL_NODE_PARAMS_v2* out);
 /// Executes the data part of a Work (memset, memcpy, kernel, free) on the calling thread.
 void execute_data_work(const Work& w);
 /// Runs a host Work on the shared callback thread and returns when it has run.

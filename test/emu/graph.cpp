@@ -157,6 +157,38 @@ CUresult graph_host_node_set_params(CUgraphNode h, const CUDA_HOST_NODE_PARAMS* 
   return CUDA_SUCCESS;
 }
 
+// A kernel node's launch, as captured: custream asks this of every kernel node of a graph it
+// instantiates, so it is a lookup and a copy of what the launch recorded.
+CUresult kernel_node_get_params(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v2* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Node* n = as_node(h);
+  if (!n || n->work.type != CU_GRAPH_NODE_TYPE_KERNEL || !n->work.kernel)
+    return CUDA_ERROR_INVALID_VALUE;
+  kernel_node_params(*n->work.kernel, p);
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_kernel_node_get_params(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v2* p) {
+  EMU_ENTER("cuGraphKernelNodeGetParams");
+  return kernel_node_get_params(h, p);
+}
+
+// The CUDA 10.0 ABI: the same without the kernel and context fields.
+CUresult graph_kernel_node_get_params_v1(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  EMU_ENTER("cuGraphKernelNodeGetParams");
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS_v2 v2{};
+  if (CUresult r = kernel_node_get_params(h, &v2)) return r;
+  p->func = v2.func;
+  p->gridDimX = v2.gridDimX, p->gridDimY = v2.gridDimY, p->gridDimZ = v2.gridDimZ;
+  p->blockDimX = v2.blockDimX, p->blockDimY = v2.blockDimY, p->blockDimZ = v2.blockDimZ;
+  p->sharedMemBytes = v2.sharedMemBytes;
+  p->kernelParams = v2.kernelParams;
+  p->extra = v2.extra;
+  return CUDA_SUCCESS;
+}
+
 CUresult graph_node_get_type(CUgraphNode h, CUgraphNodeType* type) {
   EMU_ENTER("cuGraphNodeGetType");
   if (!type) return CUDA_ERROR_INVALID_VALUE;
@@ -518,6 +550,8 @@ void register_graph_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuGraphNodeGetType, 10000, graph_node_get_type),
                  EMU_ENTRY(cuGraphHostNodeGetParams, 10000, graph_host_node_get_params),
                  EMU_ENTRY(cuGraphHostNodeSetParams, 10000, graph_host_node_set_params),
+                 EMU_ENTRY(cuGraphKernelNodeGetParams, 10000, graph_kernel_node_get_params_v1),
+                 EMU_ENTRY(cuGraphKernelNodeGetParams, 12000, graph_kernel_node_get_params),
                  EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
                  EMU_ENTRY(cuGraphInstantiateWithFlags, 11040, graph_instantiate_with_flags),
                  EMU_ENTRY(cuGraphInstantiateWithParams, 12000, graph_instantiate_with_params),

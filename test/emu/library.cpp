@@ -83,6 +83,7 @@ CUresult load_into(Library* lib, Context* owner, LibraryContext** out) {
     auto m = std::make_unique<Module>();
     m->ctx = owner;
     m->ptx = lib->image.kind == Image::kPtx;
+    m->ptx_version = lib->image.ptx_version;
     for (const PtxEntry& e : lib->image.entries) {
       m->entries[e.name] = e.param_sizes;
       m->static_shared[e.name] = e.static_shared;
@@ -359,8 +360,74 @@ CUresult kernel_get_library(CUlibrary* out, CUkernel h) {
   return CUDA_SUCCESS;
 }
 
-// Per device, no context needed. What the emulator cannot know without compiling: no constant
-// or local memory, 8 registers per thread, 1,024 threads per block.
+/// The defaults of a kernel's settable attributes: 48 KiB of dynamic shared memory less the
+/// static shared memory, the rest unset.
+KernelAttributes default_attributes(size_t static_shared) {
+  KernelAttributes a;
+  a.max_dynamic_shared = std::max(0, kDefaultDynamicShared - static_cast<int>(static_shared));
+  return a;
+}
+
+// What cuKernelGetAttribute and cuFuncGetAttribute answer, one implementation for both: for code
+// of `static_shared` bytes of static shared memory, PTX version `ptx_version` (0: a binary
+// image), with settable attributes a. What the emulator cannot know without compiling: no
+// constant or local memory, 8 registers per thread, 1,024 threads per block.
+CUresult attribute_value(int id, size_t static_shared, int ptx_version, const KernelAttributes& a,
+                         int* out) {
+  switch (id) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *out = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+      *out = static_cast<int>(static_shared);
+      break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+      *out = 0;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *out = kRegistersPerThread;
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+      *out = ptx_version ? ptx_version : kBinaryVersion;
+      break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *out = kBinaryVersion;
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *out = a.max_dynamic_shared;
+      break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      *out = a.carveout;
+      break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+      *out = a.required_cluster[id - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH];
+      break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      *out = a.non_portable_cluster;
+      break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      *out = a.cluster_policy;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+/// attribute_value for kernel k on device dev.
+CUresult kernel_attribute(Kernel* k, int dev, int id, int* out) {
+  const Image& image = k->library->image;
+  return attribute_value(id, k->entry.static_shared,
+                         image.kind == Image::kPtx ? image.ptx_version : 0,
+                         kernel_attributes(k, dev), out);
+}
+
+// Per device, no context needed.
 CUresult kernel_get_attribute(int* pi, CUfunction_attribute attrib, CUkernel h, CUdevice dev) {
   EMU_ENTER("cuKernelGetAttribute");
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
@@ -368,51 +435,30 @@ CUresult kernel_get_attribute(int* pi, CUfunction_attribute attrib, CUkernel h, 
   Kernel* k = as_kernel(h);
   if (!k) return CUDA_ERROR_INVALID_HANDLE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  const KernelAttributes& a = kernel_attributes(k, dev);
+  return kernel_attribute(k, dev, enum_value(attrib), pi);
+}
+
+// A library's function answers its kernel's attributes on the function's device, as
+// cuKernelGetAttribute does; a CUkernel cast to a CUfunction, on the current context's device.
+// A module's function has no settable attributes here (no cuFuncSetAttribute): the defaults, so
+// 48 KiB less its static shared memory of dynamic shared memory, as the H200 answers (its
+// launches, though, may take up to 227 KiB here).
+CUresult func_get_attribute(int* pi, CUfunction_attribute attrib, CUfunction h) {
+  EMU_ENTER("cuFuncGetAttribute");
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Function* f = nullptr;
+  Kernel* k = nullptr;
+  if (CUresult r = function_or_kernel(h, &f, &k)) return r;
   const int id = enum_value(attrib);
-  switch (id) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      *pi = 1024;
-      break;
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
-      *pi = static_cast<int>(k->entry.static_shared);
-      break;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
-      *pi = 0;
-      break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS:
-      *pi = kRegistersPerThread;
-      break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-      *pi = k->library->image.kind == Image::kPtx ? k->library->image.ptx_version : kBinaryVersion;
-      break;
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
-      *pi = kBinaryVersion;
-      break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      *pi = a.max_dynamic_shared;
-      break;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-      *pi = a.carveout;
-      break;
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-      *pi = a.required_cluster[id - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH];
-      break;
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
-      *pi = a.non_portable_cluster;
-      break;
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-      *pi = a.cluster_policy;
-      break;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+  if (k) {
+    Context* c = nullptr;
+    if (CUresult r = usable_current_context(&c)) return r;
+    return kernel_attribute(k, c->device, id, pi);
   }
-  return CUDA_SUCCESS;
+  if (f->kernel) return kernel_attribute(f->kernel, f->module->ctx->device, id, pi);
+  return attribute_value(id, f->static_shared, f->module->ptx ? f->module->ptx_version : 0,
+                         default_attributes(f->static_shared), pi);
 }
 
 // The settable attributes, with the H200's bounds: dynamic shared memory up to the device's
@@ -495,12 +541,8 @@ CUresult kernel_function(Kernel* k, Context* ctx, Function** out) {
 
 KernelAttributes& kernel_attributes(Kernel* k, int dev) {
   auto it = k->attributes.find(dev);
-  if (it == k->attributes.end()) {
-    KernelAttributes a;
-    a.max_dynamic_shared =
-        std::max(0, kDefaultDynamicShared - static_cast<int>(k->entry.static_shared));
-    it = k->attributes.emplace(dev, a).first;
-  }
+  if (it == k->attributes.end())
+    it = k->attributes.emplace(dev, default_attributes(k->entry.static_shared)).first;
   return it->second;
 }
 
@@ -529,6 +571,7 @@ void register_library_entries(std::vector<Entry>& out) {
                             EMU_ENTRY(cuKernelGetAttribute, 12000, kernel_get_attribute),
                             EMU_ENTRY(cuKernelSetAttribute, 12000, kernel_set_attribute),
                             EMU_ENTRY(cuKernelGetParamInfo, 12040, kernel_get_param_info),
+                            EMU_ENTRY(cuFuncGetAttribute, 2020, func_get_attribute),
                         });
 }
 

@@ -34,7 +34,15 @@ struct KernelLaunch {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
-  std::vector<std::vector<unsigned char>> args;  // copies taken at launch
+  // Copies of the arguments taken at launch (none when their sizes are unknown or the launch
+  // passed none), and pointers to each, the kernelParams of cuGraphKernelNodeGetParams.
+  std::vector<std::vector<unsigned char>> args;
+  std::vector<void*> arg_pointers;
+  // The handles launched with, as values only (invariant 11): the function (a CUkernel's
+  // function in the stream's context), the CUkernel when one was launched, the stream's context.
+  CUfunction func = nullptr;
+  CUkernel kern = nullptr;
+  CUcontext ctx = nullptr;
 };
 
 std::unordered_set<const void*>& functions() {
@@ -359,6 +367,7 @@ CUresult load(CUmodule* out, const void* image, std::string* log) {
   if (img.kind == Image::kInvalid) return img.error;
   auto m = std::make_unique<Module>();
   m->ptx = img.kind == Image::kPtx;
+  m->ptx_version = img.ptx_version;
   for (const PtxEntry& e : img.entries) {
     m->entries[e.name] = e.param_sizes;
     m->static_shared[e.name] = e.static_shared;
@@ -427,8 +436,37 @@ CUresult module_get_function(CUfunction* out, CUmodule h, const char* name) {
 // ---- launches ----
 
 constexpr unsigned kStaticSharedLimit = 227 * 1024;  // a module's function (no attributes here)
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxBlocksPerSm = 32;     // CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR
+constexpr unsigned kMaxThreadsPerSm = 2048;  // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
 constexpr unsigned kSharedPerSm = 233472;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_..._PER_MULTIPROCESSOR
-constexpr unsigned kSharedReservedPerBlock = 1024;
+constexpr unsigned kSharedReservedPerBlock = 1024;  // ..._RESERVED_SHARED_MEMORY_PER_BLOCK
+constexpr unsigned kSharedGranularity = 128;  // CC 8.x and 9.x allocate shared memory in these
+
+/// The dynamic shared memory a launch of f on device dev may ask for.
+unsigned dynamic_shared_limit(const Function& f, int dev) {
+  return f.kernel ? static_cast<unsigned>(kernel_attributes(f.kernel, dev).max_dynamic_shared)
+                  : kStaticSharedLimit;
+}
+
+/// The occupancy model, one for the cooperative-launch check and for
+/// cuOccupancyMaxActiveBlocksPerMultiprocessor, so that they cannot disagree: the blocks of f
+/// (`threads` threads, `dynamic_shared` bytes) one SM of device dev holds at once. As the
+/// toolkit's cuda_occupancy.h computes it for CC 9.0: at most 32 blocks and 2,048 threads in
+/// whole warps; the shared memory of a block (static, dynamic and the 1 KiB the driver reserves,
+/// rounded up to 128 bytes) out of the SM's 228 KiB; none when the block is too large or asks
+/// for more dynamic shared memory than f may. Registers never limit (8 per thread here).
+unsigned long long blocks_per_sm(const Function& f, unsigned long long threads,
+                                 unsigned long long dynamic_shared, int dev) {
+  if (threads == 0 || threads > kMaxThreadsPerBlock) return 0;
+  if (dynamic_shared > dynamic_shared_limit(f, dev)) return 0;
+  const unsigned long long warp_threads = (threads + 31) / 32 * 32;
+  const unsigned long long shared =
+      (f.static_shared + dynamic_shared + kSharedReservedPerBlock + kSharedGranularity - 1) /
+      kSharedGranularity * kSharedGranularity;
+  return std::min<unsigned long long>(
+      {kMaxBlocksPerSm, kMaxThreadsPerSm / warp_threads, kSharedPerSm / shared});
+}
 
 struct LaunchRequest {
   unsigned grid[3] = {1, 1, 1};
@@ -494,11 +532,10 @@ CUresult check_launch(const Function& f, const LaunchRequest& q, const LaunchOpt
   const unsigned* b = q.block;
   if (!g[0] || !g[1] || !g[2] || !b[0] || !b[1] || !b[2]) return CUDA_ERROR_INVALID_VALUE;
   const unsigned long long threads = static_cast<unsigned long long>(b[0]) * b[1] * b[2];
-  if (threads > 1024 || b[2] > 64 || g[1] > 65535 || g[2] > 65535) return CUDA_ERROR_INVALID_VALUE;
+  if (threads > kMaxThreadsPerBlock || b[2] > 64 || g[1] > 65535 || g[2] > 65535)
+    return CUDA_ERROR_INVALID_VALUE;
   const KernelAttributes* ka = f.kernel ? &kernel_attributes(f.kernel, dev) : nullptr;
-  const unsigned shared_limit =
-      ka ? static_cast<unsigned>(ka->max_dynamic_shared) : kStaticSharedLimit;
-  if (q.shared > shared_limit) return CUDA_ERROR_INVALID_VALUE;
+  if (q.shared > dynamic_shared_limit(f, dev)) return CUDA_ERROR_INVALID_VALUE;
   // Clusters: all-zero dimensions mean none; each must divide the grid; at most 8 blocks (16
   // with the kernel's NON_PORTABLE_CLUSTER_SIZE_ALLOWED), as on the H200.
   const unsigned* cluster = o.cluster;
@@ -511,18 +548,12 @@ CUresult check_launch(const Function& f, const LaunchRequest& q, const LaunchOpt
     if (size > ((ka && ka->non_portable_cluster) ? 16u : 8u))
       return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
-  // Cooperative: every block resident at once: per SM at most 32 blocks and 2,048 threads (and
-  // the shared memory), times the device's SMs (the H200: 264 blocks of 1,024 threads, 4,224 of
-  // 32, 264 of 101 KiB of shared memory).
+  // Cooperative: every block resident at once: the occupancy times the device's SMs (the H200:
+  // 264 blocks of 1,024 threads, 4,224 of 32, 264 of 101 KiB of shared memory).
   if (o.cooperative) {
-    const unsigned long long warps_threads = (threads + 31) / 32 * 32;
-    unsigned long long per_sm = std::min<unsigned long long>(32, 2048 / warps_threads);
-    const unsigned long long shared = q.shared + f.static_shared;
-    if (shared > 0)
-      per_sm =
-          std::min<unsigned long long>(per_sm, kSharedPerSm / (shared + kSharedReservedPerBlock));
     const unsigned long long blocks = static_cast<unsigned long long>(g[0]) * g[1] * g[2];
-    if (blocks > per_sm * device_sm_count(dev)) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    if (blocks > blocks_per_sm(f, threads, q.shared, dev) * device_sm_count(dev))
+      return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
   return CUDA_SUCCESS;
 }
@@ -533,9 +564,9 @@ CUresult check_launch(const Function& f, const LaunchRequest& q, const LaunchOpt
 CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** extra) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
-  Function* f = valid(functions(), hf) ? reinterpret_cast<Function*>(hf) : nullptr;
-  Kernel* kernel = !f && valid(s.kernels, hf) ? reinterpret_cast<Kernel*>(hf) : nullptr;
-  if (!f && !kernel) return CUDA_ERROR_INVALID_HANDLE;
+  Function* f = nullptr;
+  Kernel* kernel = nullptr;
+  if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(q.stream, &st)) return r;
   if (kernel) {
@@ -556,6 +587,9 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
   std::memcpy(k->grid, q.grid, sizeof k->grid);
   std::memcpy(k->block, q.block, sizeof k->block);
   k->shared_bytes = q.shared;
+  k->func = reinterpret_cast<CUfunction>(f);
+  k->kern = reinterpret_cast<CUkernel>(kernel);
+  k->ctx = reinterpret_cast<CUcontext>(st->ctx);
   if (f->module->library) {
     k->of_library = true;
     k->library = f->module->library->alive;
@@ -566,18 +600,27 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
     auto it = ks.impls.find(f->name);
     if (it != ks.impls.end()) k->impl = it->second;
   }
+  const std::vector<size_t>* sizes = k->impl && k->impl->sizes_given ? &k->impl->param_sizes
+                                     : f->sizes_known                ? &f->param_sizes
+                                                                     : nullptr;
+  // A CPU implementation needs the arguments. Without one they are copied when they can be, for
+  // cuGraphKernelNodeGetParams; the launch runs nothing, so it needs none.
+  bool copy = sizes && (params || sizes->empty());
   if (k->impl) {
-    const std::vector<size_t>* sizes = k->impl->sizes_given ? &k->impl->param_sizes
-                                       : f->sizes_known     ? &f->param_sizes
-                                                            : nullptr;
     if (!sizes) return CUDA_ERROR_NOT_SUPPORTED;  // cubin/fatbin: register the sizes
-    if (!sizes->empty() && !params) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizes->size(); ++i) {
-      const auto* p = static_cast<const unsigned char*>(params[i]);
-      if (!p && (*sizes)[i]) return CUDA_ERROR_INVALID_VALUE;
-      k->args.emplace_back(p, p + (*sizes)[i]);
+    if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; copy && i < sizes->size(); ++i) {
+    if (!params[i] && (*sizes)[i]) {
+      if (k->impl) return CUDA_ERROR_INVALID_VALUE;
+      copy = false;
     }
   }
+  for (size_t i = 0; copy && i < sizes->size(); ++i) {
+    const auto* p = static_cast<const unsigned char*>(params[i]);
+    k->args.emplace_back(p, p + (*sizes)[i]);
+  }
+  for (auto& a : k->args) k->arg_pointers.push_back(a.data());
   Work w;
   w.type = CU_GRAPH_NODE_TYPE_KERNEL;
   w.kernel = std::move(k);
@@ -596,23 +639,114 @@ CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, uns
   return launch(hf, q, params, extra);
 }
 
+LaunchRequest request_of(const CUlaunchConfig& config) {
+  LaunchRequest q;
+  q.grid[0] = config.gridDimX, q.grid[1] = config.gridDimY, q.grid[2] = config.gridDimZ;
+  q.block[0] = config.blockDimX, q.block[1] = config.blockDimY, q.block[2] = config.blockDimZ;
+  q.shared = config.sharedMemBytes;
+  q.stream = config.hStream;
+  q.attrs = config.attrs;
+  q.num_attrs = config.numAttrs;
+  return q;
+}
+
 // cuLaunchKernelEx: cuLaunchKernel with a configuration and launch attributes (check_launch).
 CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   EMU_ENTER("cuLaunchKernelEx");
   if (!config) return CUDA_ERROR_INVALID_VALUE;
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   if (config->numAttrs > 0 && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
-  LaunchRequest q;
-  q.grid[0] = config->gridDimX, q.grid[1] = config->gridDimY, q.grid[2] = config->gridDimZ;
-  q.block[0] = config->blockDimX, q.block[1] = config->blockDimY, q.block[2] = config->blockDimZ;
-  q.shared = config->sharedMemBytes;
-  q.stream = config->hStream;
-  q.attrs = config->attrs;
-  q.num_attrs = config->numAttrs;
-  return launch(f, q, params, extra);
+  return launch(f, request_of(*config), params, extra);
+}
+
+// ---- occupancy ----
+
+// blocks_per_sm for a function, or a CUkernel's function in the current context (cuda.h). A
+// block size the occupancy calculator refuses (none, or negative) is INVALID_VALUE; one over
+// 1,024 threads fits no block (0), as cuda_occupancy.h answers.
+CUresult occupancy_max_active_blocks(int* n, CUfunction hf, int block_size, size_t dynamic_shared) {
+  EMU_ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Function* f = nullptr;
+  Kernel* kernel = nullptr;
+  if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
+  if (kernel) {
+    Context* c = nullptr;
+    if (CUresult r = usable_current_context(&c)) return r;
+    if (CUresult r = kernel_function(kernel, c, &f)) return r;
+  }
+  if (block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  *n = static_cast<int>(
+      blocks_per_sm(*f, static_cast<unsigned>(block_size), dynamic_shared, f->module->ctx->device));
+  return CUDA_SUCCESS;
+}
+
+// The clusters of the configuration's size that fit on the device at once. The configuration is
+// checked as a launch of it would be (cluster dimensions dividing the grid, at most 8 blocks or
+// 16 non-portable, a block and shared memory the function takes), with the kernel's required
+// cluster dimensions when the configuration names none (neither: INVALID_CLUSTER_SIZE). The
+// model: a cluster's blocks spread over as many SMs, so floor(SMs / cluster size) groups of SMs
+// each hold the occupancy's number of clusters. A GPU's topology (GPCs of 16 to 18 SMs on the
+// H200) may allow fewer.
+CUresult occupancy_max_active_clusters(int* n, CUfunction hf, const CUlaunchConfig* config) {
+  EMU_ENTER("cuOccupancyMaxActiveClusters");
+  if (!n || !config) return CUDA_ERROR_INVALID_VALUE;
+  if (config->numAttrs > 0 && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Function* f = nullptr;
+  Kernel* kernel = nullptr;
+  if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
+  if (kernel) {  // the context of the configuration's stream (the current one for NULL: cuda.h)
+    Stream* st = nullptr;
+    if (CUresult r = resolve_stream(config->hStream, &st)) return r;
+    if (CUresult r = kernel_function(kernel, st->ctx, &f)) return r;
+  }
+  const LaunchRequest q = request_of(*config);
+  LaunchOptions o;
+  if (CUresult r = read_attributes(q, &o)) return r;
+  o.cooperative = false;
+  const int dev = f->module->ctx->device;
+  if (f->kernel) {
+    const int* required = kernel_attributes(f->kernel, dev).required_cluster;
+    if (required[0] && required[1] && required[2]) {
+      const bool none = !o.cluster[0] && !o.cluster[1] && !o.cluster[2];
+      for (int d = 0; d < 3; ++d) {
+        const auto want = static_cast<unsigned>(required[d]);
+        if (!none && o.cluster[d] != want) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+        o.cluster[d] = want;
+      }
+    }
+  }
+  if (!o.cluster[0] && !o.cluster[1] && !o.cluster[2]) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (CUresult r = check_launch(*f, q, o, dev)) return r;
+  const unsigned long long size =
+      static_cast<unsigned long long>(o.cluster[0]) * o.cluster[1] * o.cluster[2];
+  const unsigned long long threads =
+      static_cast<unsigned long long>(q.block[0]) * q.block[1] * q.block[2];
+  *n = static_cast<int>(device_sm_count(dev) / size * blocks_per_sm(*f, threads, q.shared, dev));
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
+
+CUresult function_or_kernel(CUfunction h, Function** f, Kernel** k) {
+  *f = valid(functions(), h) ? reinterpret_cast<Function*>(h) : nullptr;
+  *k = !*f && valid(state().kernels, h) ? reinterpret_cast<Kernel*>(h) : nullptr;
+  return *f || *k ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+void kernel_node_params(const KernelLaunch& k, CUDA_KERNEL_NODE_PARAMS_v2* out) {
+  out->func = k.func;
+  out->gridDimX = k.grid[0], out->gridDimY = k.grid[1], out->gridDimZ = k.grid[2];
+  out->blockDimX = k.block[0], out->blockDimY = k.block[1], out->blockDimZ = k.block[2];
+  out->sharedMemBytes = k.shared_bytes;
+  // The node owns the copies; callers must not write through them (cuda.h).
+  out->kernelParams = k.arg_pointers.empty() ? nullptr : const_cast<void**>(k.arg_pointers.data());
+  out->extra = nullptr;  // packed arguments are refused at launch
+  out->kern = k.kern;
+  out->ctx = k.ctx;
+}
 
 Image read_image(const void* image) {
   if (binary_image(image)) {
@@ -729,14 +863,18 @@ void run_kernel(const KernelLaunch& k) {
 }
 
 void register_module_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuModuleLoadData, 2000, module_load_data),
-                            EMU_ENTRY(cuModuleLoadDataEx, 2010, module_load_data_ex),
-                            EMU_ENTRY(cuModuleUnload, 2000, module_unload),
-                            EMU_ENTRY(cuModuleGetFunction, 2000, module_get_function),
-                            EMU_ENTRY(cuLaunchKernel, 4000, launch_kernel),
-                            EMU_ENTRY(cuLaunchKernelEx, 11060, launch_kernel_ex),
-                        });
+  out.insert(
+      out.end(),
+      {
+          EMU_ENTRY(cuModuleLoadData, 2000, module_load_data),
+          EMU_ENTRY(cuModuleLoadDataEx, 2010, module_load_data_ex),
+          EMU_ENTRY(cuModuleUnload, 2000, module_unload),
+          EMU_ENTRY(cuModuleGetFunction, 2000, module_get_function),
+          EMU_ENTRY(cuLaunchKernel, 4000, launch_kernel),
+          EMU_ENTRY(cuLaunchKernelEx, 11060, launch_kernel_ex),
+          EMU_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, occupancy_max_active_blocks),
+          EMU_ENTRY(cuOccupancyMaxActiveClusters, 11070, occupancy_max_active_clusters),
+      });
 }
 
 }  // namespace emu

@@ -80,6 +80,7 @@ struct Function {
 struct Module {
   Context* ctx = nullptr;
   bool ptx = false;                                    // a binary image resolves any name
+  int ptx_version = 0;                                 // PTX: `.version 7.0` -> 70
   std::map<std::string, std::vector<size_t>> entries;  // PTX: name -> parameter sizes
   std::map<std::string, size_t> static_shared;         // PTX: name -> static shared bytes
   std::map<std::string, std::unique_ptr<Function>> functions;
@@ -118,6 +119,10 @@ struct Library {
 
 /// The registered functions (guarded by State::mu; process lifetime).
 std::unordered_set<const void*>& functions();
+/// What a CUfunction handle names: one of the emulator's functions (*f set) or a CUkernel cast
+/// to one (*k set; cuda.h: the launch, occupancy and attribute calls take one for its function
+/// in a context), else CUDA_ERROR_INVALID_HANDLE.
+CUresult function_or_kernel(CUfunction h, Function** f, Kernel** k);
 /// The function `name` of module m, made on first use (nullptr: not in the PTX).
 Function* module_function(Module* m, const std::string& name);
 /// The kernel `name` of a library, or nullptr; a binary image's is made on first use.
