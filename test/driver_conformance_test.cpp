@@ -2606,6 +2606,39 @@ std::set<std::string> kernel_names(CUlibrary lib) {
   return names;
 }
 
+// The setup the launching cases share, made after REQUIRE_LIBRARIES(): lib_add's CPU twin (on
+// the emulator), the primary context current, a non-blocking stream `s`, an int on the device
+// set to 0 on it, and lib_add's arguments `args` for that int and `amount` (1 unless a case
+// changes it).
+struct LaunchFixture {
+  LibAddTwin twin;
+  PrimaryScope scope;
+  StreamHandle stream{CU_STREAM_NON_BLOCKING};
+  DeviceBuffer buf{sizeof(int)};
+  CUstream s = stream.s;
+  CUdeviceptr p = buf.p;
+  int amount = 1;
+  void* args[2] = {&p, &amount};
+
+  LaunchFixture() { CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s)); }
+  LaunchFixture(const LaunchFixture&) = delete;
+  LaunchFixture& operator=(const LaunchFixture&) = delete;
+  // The int, once the stream's work so far has completed.
+  int value() const { return read_int(buf.p, s); }
+};
+
+// ... and a library of kLibraryPtx, its kernel `k` (lib_add unless named) and k's function `f`
+// in the primary context.
+struct LibraryFixture : LaunchFixture {
+  LibraryHandle lib;
+  CUkernel k = nullptr;
+  CUfunction f = nullptr;
+
+  explicit LibraryFixture(const char* kernel = "lib_add") : k(lib.kernel(kernel)) {
+    CU_OK(api().cuKernelGetFunction(&f, k));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("libraries: loading needs no context; kernels by name, count and enumeration",
@@ -2857,25 +2890,14 @@ TEST_CASE("kernels: one function per context, loaded on first use; green context
 TEST_CASE("kernels: a CUkernel launches as a CUfunction, in the stream's context",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  LibraryHandle lib;
-  CUkernel k = lib.kernel("lib_add");
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
-  const auto cast = reinterpret_cast<CUfunction>(k);
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, k));
-  CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
-  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
-  CU_OK(api().cuStreamSynchronize(s.s));
-  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));  // legacy
+  LibraryFixture fx;
+  const auto cast = reinterpret_cast<CUfunction>(fx.k);
+  CU_OK(api().cuLaunchKernel(fx.f, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
+  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
+  CU_OK(api().cuStreamSynchronize(fx.s));
+  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, nullptr, fx.args, nullptr));  // legacy
   CU_OK(api().cuStreamSynchronize(nullptr));
-  CHECK(read_int(buf.p, s.s) == 3);
+  CHECK(fx.value() == 3);
 
   // A created context's stream, with the primary context current: the kernel launches in the
   // stream's context; the primary context's function is refused there, and the created
@@ -2885,22 +2907,22 @@ TEST_CASE("kernels: a CUkernel launches as a CUfunction, in the stream's context
   CUstream cs = nullptr;
   CU_OK(api().cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
   CUfunction fc = nullptr;
-  CU_OK(api().cuKernelGetFunction(&fc, k));
+  CU_OK(api().cuKernelGetFunction(&fc, fx.k));
   CU_OK(api().cuCtxPopCurrent(nullptr));
-  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, cs, args, nullptr));
-  CU_CHECK_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, cs, args, nullptr),
+  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, cs, fx.args, nullptr));
+  CU_CHECK_EQ(api().cuLaunchKernel(fx.f, 1, 1, 1, 1, 1, 1, 0, cs, fx.args, nullptr),
               CUDA_ERROR_INVALID_HANDLE);
-  CU_CHECK_EQ(api().cuLaunchKernel(fc, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr),
+  CU_CHECK_EQ(api().cuLaunchKernel(fc, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_HANDLE);
   CU_OK(api().cuStreamSynchronize(cs));
   // No context current: a created stream names its context; the legacy stream has none.
   CU_OK(api().cuCtxSetCurrent(nullptr));
-  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
-  CU_CHECK_EQ(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr),
+  CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
+  CU_CHECK_EQ(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, nullptr, fx.args, nullptr),
               CUDA_ERROR_INVALID_CONTEXT);
-  CU_OK(api().cuStreamSynchronize(s.s));
-  CU_OK(api().cuCtxSetCurrent(scope.ctx()));
-  CHECK(read_int(buf.p, s.s) == 5);
+  CU_OK(api().cuStreamSynchronize(fx.s));
+  CU_OK(api().cuCtxSetCurrent(fx.scope.ctx()));
+  CHECK(fx.value() == 5);
   CU_OK(api().cuStreamDestroy(cs));
   CU_OK(api().cuCtxDestroy(created));
 
@@ -2908,10 +2930,10 @@ TEST_CASE("kernels: a CUkernel launches as a CUfunction, in the stream's context
   if (!missing_optional_entry()) {
     GreenScope green;
     GreenStream gs(green.get());
-    CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, gs.s, args, nullptr));
-    CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, gs.s, args, nullptr));
+    CU_OK(api().cuLaunchKernel(fx.f, 1, 1, 1, 1, 1, 1, 0, gs.s, fx.args, nullptr));
+    CU_OK(api().cuLaunchKernel(cast, 1, 1, 1, 1, 1, 1, 0, gs.s, fx.args, nullptr));
     CU_OK(api().cuStreamSynchronize(gs.s));
-    CHECK(read_int(buf.p, s.s) == 7);
+    CHECK(fx.value() == 7);
   }
 }
 
@@ -2986,29 +3008,24 @@ TEST_CASE("kernels: attributes per device; dynamic shared memory bounded by the 
   CU_CHECK_EQ(api().cuKernelSetAttribute(dyn, 1000, nullptr, 0), CUDA_ERROR_INVALID_HANDLE);
 
   // Launches are bounded by the kernel's dynamic shared memory on the stream's device.
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
+  LaunchFixture fx;
   CUfunction fs = nullptr;
   CU_OK(api().cuKernelGetFunction(&fs, shared));
-  CU_OK(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, optin - 1024, s.s, args, nullptr));
-  CU_CHECK_EQ(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, optin - 1023, s.s, args, nullptr),
+  CU_OK(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, optin - 1024, fx.s, fx.args, nullptr));
+  CU_CHECK_EQ(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, optin - 1023, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_VALUE);
   CU_OK(api().cuKernelSetAttribute(dyn, 0, shared, 0));
-  CU_CHECK_EQ(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, 1, s.s, args, nullptr),
+  CU_CHECK_EQ(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, 1, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_VALUE);
-  CU_OK(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+  CU_OK(api().cuLaunchKernel(fs, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
   // A kernel left at its default: 48 KiB.
   LibraryHandle fresh;
   CUfunction fa = nullptr;
   CU_OK(api().cuKernelGetFunction(&fa, fresh.kernel("lib_add")));
-  CU_OK(api().cuLaunchKernel(fa, 1, 1, 1, 1, 1, 1, 49152, s.s, args, nullptr));
-  CU_CHECK_EQ(api().cuLaunchKernel(fa, 1, 1, 1, 1, 1, 1, 49153, s.s, args, nullptr),
+  CU_OK(api().cuLaunchKernel(fa, 1, 1, 1, 1, 1, 1, 49152, fx.s, fx.args, nullptr));
+  CU_CHECK_EQ(api().cuLaunchKernel(fa, 1, 1, 1, 1, 1, 1, 49153, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_VALUE);
-  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuStreamSynchronize(fx.s));
 }
 
 TEST_CASE("kernels: parameter offsets and sizes from the PTX", "[conformance][library]") {
@@ -3132,118 +3149,95 @@ TEST_CASE("libraries: variables per context, managed variables for every context
 TEST_CASE("cuLaunchKernelEx: launches, configuration checks and cluster dimensions",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  LibraryHandle lib;
-  CUkernel k = lib.kernel("lib_add");
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, k));
-  CUlaunchConfig c = launch_config(s.s);
-  CU_OK(api().cuLaunchKernelEx(&c, f, args, nullptr));
-  CU_OK(api().cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(k), args, nullptr));
-  CU_OK(api().cuStreamSynchronize(s.s));  // a non-blocking stream: the legacy one does not wait
+  LibraryFixture fx;
+  CUlaunchConfig c = launch_config(fx.s);
+  CU_OK(api().cuLaunchKernelEx(&c, fx.f, fx.args, nullptr));
+  CU_OK(api().cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(fx.k), fx.args, nullptr));
+  CU_OK(api().cuStreamSynchronize(fx.s));  // a non-blocking stream: the legacy one does not wait
   CUlaunchConfig legacy = launch_config(nullptr);
-  CU_OK(api().cuLaunchKernelEx(&legacy, f, args, nullptr));
+  CU_OK(api().cuLaunchKernelEx(&legacy, fx.f, fx.args, nullptr));
   CU_OK(api().cuStreamSynchronize(nullptr));
-  CHECK(read_int(buf.p, s.s) == 3);
+  CHECK(fx.value() == 3);
 
-  CU_CHECK_EQ(api().cuLaunchKernelEx(nullptr, f, args, nullptr), CUDA_ERROR_INVALID_VALUE);
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&c, nullptr, args, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(nullptr, fx.f, fx.args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&c, nullptr, fx.args, nullptr), CUDA_ERROR_INVALID_HANDLE);
   CUlaunchConfig no_attrs = c;
   no_attrs.numAttrs = 1;
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&no_attrs, f, args, nullptr), CUDA_ERROR_INVALID_VALUE);
-  CUlaunchConfig bad = launch_config(s.s, 0);
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, f, args, nullptr), CUDA_ERROR_INVALID_VALUE);
-  bad = launch_config(s.s, 1, 1025);
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, f, args, nullptr), CUDA_ERROR_INVALID_VALUE);
-  bad = launch_config(s.s);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&no_attrs, fx.f, fx.args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUlaunchConfig bad = launch_config(fx.s, 0);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, fx.f, fx.args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  bad = launch_config(fx.s, 1, 1025);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, fx.f, fx.args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  bad = launch_config(fx.s);
   bad.sharedMemBytes = 49153;
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, f, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&bad, fx.f, fx.args, nullptr), CUDA_ERROR_INVALID_VALUE);
 
   // The attributes a launch takes; a stream attribute and an unknown one are refused.
   CUlaunchAttribute a{};
   a.id = CU_LAUNCH_ATTRIBUTE_IGNORE;
-  CU_OK(launch_ex_with(f, c, a, args));
+  CU_OK(launch_ex_with(fx.f, c, a, fx.args));
   a.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
   for (int priority : {-3, 100, -100}) {
     a.value.priority = priority;
-    CU_OK(launch_ex_with(f, c, a, args));
+    CU_OK(launch_ex_with(fx.f, c, a, fx.args));
   }
   a = {};
   a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   a.value.programmaticStreamSerializationAllowed = 1;
-  CU_OK(launch_ex_with(f, c, a, args));
+  CU_OK(launch_ex_with(fx.f, c, a, fx.args));
   a = {};
   a.id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
   a.value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
-  CU_OK(launch_ex_with(f, c, a, args));
+  CU_OK(launch_ex_with(fx.f, c, a, fx.args));
   a.value.memSyncDomain = static_cast<CUlaunchMemSyncDomain>(7);
-  CU_CHECK_EQ(launch_ex_with(f, c, a, args), CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(launch_ex_with(fx.f, c, a, fx.args), CUDA_ERROR_INVALID_VALUE);
   a = {};
   a.id = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
   a.value.syncPolicy = CU_SYNC_POLICY_AUTO;
-  CU_CHECK_EQ(launch_ex_with(f, c, a, args), CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(launch_ex_with(fx.f, c, a, fx.args), CUDA_ERROR_INVALID_VALUE);
   a = {};
   a.id = static_cast<CUlaunchAttributeID>(99);
-  CU_CHECK_EQ(launch_ex_with(f, c, a, args), CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(launch_ex_with(fx.f, c, a, fx.args), CUDA_ERROR_INVALID_VALUE);
 
   // Clusters: each dimension divides the grid; all zero means none; at most 8 blocks unless the
   // kernel allows a non-portable size (16 on the H200).
-  CU_OK(launch_ex_with(f, launch_config(s.s, 4), cluster_attr(2), args));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 3), cluster_attr(2), args),
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 4), cluster_attr(2), fx.args));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 3), cluster_attr(2), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 4), cluster_attr(0), args),
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 4), cluster_attr(0), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_OK(launch_ex_with(f, launch_config(s.s, 4), cluster_attr(0, 0, 0), args));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 4), cluster_attr(2, 2), args),
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 4), cluster_attr(0, 0, 0), fx.args));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 4), cluster_attr(2, 2), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_OK(launch_ex_with(f, launch_config(s.s, 16), cluster_attr(8), args));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 16), cluster_attr(16), args),
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 16), cluster_attr(8), fx.args));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 16), cluster_attr(16), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 32), cluster_attr(32), args),
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 32), cluster_attr(32), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuStreamSynchronize(fx.s));
 }
 
 TEST_CASE("cuLaunchKernelEx: a non-portable cluster size once the kernel allows it",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibraryHandle lib;
-  CUkernel k = lib.kernel("lib_internal");  // no parameters
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, k));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 16), cluster_attr(16), nullptr),
+  LibraryFixture fx("lib_internal");  // no parameters
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 16), cluster_attr(16), nullptr),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CU_OK(api().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k, 0));
-  CU_OK(launch_ex_with(f, launch_config(s.s, 16), cluster_attr(16), nullptr));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 32), cluster_attr(32), nullptr),
+  CU_OK(
+      api().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, fx.k, 0));
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 16), cluster_attr(16), nullptr));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 32), cluster_attr(32), nullptr),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
   // Any value is taken (the H200).
-  CU_OK(api().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 2, k, 0));
-  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(
+      api().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 2, fx.k, 0));
+  CU_OK(api().cuStreamSynchronize(fx.s));
 }
 
 TEST_CASE("cuLaunchKernelEx: cooperative launches are bounded by the co-resident blocks",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  LibraryHandle lib;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, lib.kernel("lib_add")));
+  LibraryFixture fx;
   int sms = 0;
   CU_OK(api().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
   const unsigned n = static_cast<unsigned>(sms);
@@ -3251,43 +3245,34 @@ TEST_CASE("cuLaunchKernelEx: cooperative launches are bounded by the co-resident
   a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   a.value.cooperative = 1;
   // 2,048 threads and 32 blocks per SM (a small kernel): 2 blocks of 1,024 threads, 32 of 32.
-  CU_OK(launch_ex_with(f, launch_config(s.s, 2 * n, 1024), a, args));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 2 * n + 1, 1024), a, args),
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 2 * n, 1024), a, fx.args));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 2 * n + 1, 1024), a, fx.args),
               CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
-  CU_OK(launch_ex_with(f, launch_config(s.s, 32 * n, 32), a, args));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 32 * n + 1, 32), a, args),
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 32 * n, 32), a, fx.args));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 32 * n + 1, 32), a, fx.args),
               CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
   a.value.cooperative = 0;  // not cooperative: any grid
-  CU_OK(launch_ex_with(f, launch_config(s.s, 64 * n, 32), a, args));
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s, 64 * n, 32), a, fx.args));
   // Cooperative and clustered together.
   CUlaunchAttribute both[2] = {cluster_attr(2), {}};
   both[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   both[1].value.cooperative = 1;
-  CUlaunchConfig c = launch_config(s.s, 4);
+  CUlaunchConfig c = launch_config(fx.s, 4);
   c.attrs = both;
   c.numAttrs = 2;
-  CU_OK(api().cuLaunchKernelEx(&c, f, args, nullptr));
-  CU_OK(api().cuStreamSynchronize(s.s));
+  CU_OK(api().cuLaunchKernelEx(&c, fx.f, fx.args, nullptr));
+  CU_OK(api().cuStreamSynchronize(fx.s));
 }
 
 TEST_CASE("cuLaunchKernelEx: captured as a kernel node; a refused launch invalidates the capture",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  LibraryHandle lib;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 2;
-  void* args[] = {&p, &amount};
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, lib.kernel("lib_add")));
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CU_OK(launch_ex_with(f, launch_config(s.s), cluster_attr(1), args));
+  LibraryFixture fx;
+  fx.amount = 2;
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(launch_ex_with(fx.f, launch_config(fx.s), cluster_attr(1), fx.args));
   CUgraph g = nullptr;
-  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  CU_OK(api().cuStreamEndCapture(fx.s, &g));
   REQUIRE(g != nullptr);
   CUgraphNode node = nullptr;
   size_t n = 1;
@@ -3297,62 +3282,49 @@ TEST_CASE("cuLaunchKernelEx: captured as a kernel node; a refused launch invalid
   CU_OK(api().cuGraphNodeGetType(node, &type));
   CHECK(type == CU_GRAPH_NODE_TYPE_KERNEL);
   CUgraphExec exec = instantiate(g);
-  CU_OK(api().cuGraphLaunch(exec, s.s));
-  CU_OK(api().cuGraphLaunch(exec, s.s));
-  CHECK(read_int(buf.p, s.s) == 4);
+  CU_OK(api().cuGraphLaunch(exec, fx.s));
+  CU_OK(api().cuGraphLaunch(exec, fx.s));
+  CHECK(fx.value() == 4);
   CU_OK(api().cuGraphExecDestroy(exec));
   CU_OK(api().cuGraphDestroy(g));
   // A bad cluster size in a capture: refused, and the capture is invalidated.
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s, 3), cluster_attr(2), args),
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s, 3), cluster_attr(2), fx.args),
               CUDA_ERROR_INVALID_CLUSTER_SIZE);
-  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
-  CHECK(end_capture_result(s.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+  CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CHECK(end_capture_result(fx.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
 }
 
 TEST_CASE("a refused cuLaunchKernel invalidates the capture", "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibraryHandle lib;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
-  CUfunction f = nullptr;
-  CU_OK(api().cuKernelGetFunction(&f, lib.kernel("lib_add")));
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CU_CHECK_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, s.s, args, nullptr),
+  LibraryFixture fx;
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_CHECK_EQ(api().cuLaunchKernel(fx.f, 1, 1, 1, 1025, 1, 1, 0, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_VALUE);
-  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
-  CHECK(end_capture_result(s.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+  CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CHECK(end_capture_result(fx.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
   for (unsigned shared : {0u, 49153u}) {
-    CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    CU_CHECK_EQ(api().cuLaunchKernel(f, shared ? 1 : 0, 1, 1, 1, 1, 1, shared, s.s, args, nullptr),
-                CUDA_ERROR_INVALID_VALUE);
-    CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
-    CHECK(end_capture_result(s.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+    CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_CHECK_EQ(
+        api().cuLaunchKernel(fx.f, shared ? 1 : 0, 1, 1, 1, 1, 1, shared, fx.s, fx.args, nullptr),
+        CUDA_ERROR_INVALID_VALUE);
+    CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CHECK(end_capture_result(fx.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
   }
   // A refused launch attribute, though, leaves the capture valid.
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CUlaunchAttribute unknown{};
   unknown.id = static_cast<CUlaunchAttributeID>(99);
-  CU_CHECK_EQ(launch_ex_with(f, launch_config(s.s), unknown, args), CUDA_ERROR_INVALID_VALUE);
-  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  CHECK(end_capture_result(s.s) == nm(CUDA_SUCCESS));
+  CU_CHECK_EQ(launch_ex_with(fx.f, launch_config(fx.s), unknown, fx.args),
+              CUDA_ERROR_INVALID_VALUE);
+  CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CHECK(end_capture_result(fx.s) == nm(CUDA_SUCCESS));
 }
 
 TEST_CASE("lazy loading while a stream captures keeps the capture valid, in every mode",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
+  LaunchFixture fx;
   for (CUstreamCaptureMode mode :
        {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
         CU_STREAM_CAPTURE_MODE_RELAXED}) {
@@ -3363,22 +3335,22 @@ TEST_CASE("lazy loading while a stream captures keeps the capture valid, in ever
       LibraryHandle lib;
       CUkernel k = lib.kernel("lib_add");
       CUkernel other = lib.kernel("lib_shared");
-      CU_OK(api().cuStreamBeginCapture(s.s, mode));
+      CU_OK(api().cuStreamBeginCapture(fx.s, mode));
       CUfunction f = nullptr;
       CU_OK(api().cuKernelGetFunction(&f, k));
       CUresult from_thread = CUDA_ERROR_UNKNOWN;
       std::thread t([&] {
         CUfunction g = nullptr;
-        if (api().cuCtxSetCurrent(scope.ctx()) == CUDA_SUCCESS)
+        if (api().cuCtxSetCurrent(fx.scope.ctx()) == CUDA_SUCCESS)
           from_thread = api().cuKernelGetFunction(&g, other);
       });
       t.join();
       CU_CHECK_EQ(from_thread, CUDA_SUCCESS);
       CUdeviceptr var = 0;
       CU_OK(api().cuLibraryGetGlobal(&var, nullptr, lib.lib, "counter"));
-      CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+      CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
       CUgraph g = nullptr;
-      CU_OK(api().cuStreamEndCapture(s.s, &g));
+      CU_OK(api().cuStreamEndCapture(fx.s, &g));
       REQUIRE(g != nullptr);
       CHECK(node_count(g) == 0);
       CU_OK(api().cuGraphDestroy(g));
@@ -3391,32 +3363,32 @@ TEST_CASE("lazy loading while a stream captures keeps the capture valid, in ever
     {
       LibraryHandle lib;
       CUkernel k = lib.kernel("lib_add");
-      CU_OK(api().cuStreamBeginCapture(s.s, mode));
-      CU_OK(api().cuLaunchKernel(reinterpret_cast<CUfunction>(k), 1, 1, 1, 1, 1, 1, 0, s.s, args,
-                                 nullptr));
-      CUlaunchConfig c = launch_config(s.s);
-      CU_OK(api().cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(k), args, nullptr));
-      CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+      CU_OK(api().cuStreamBeginCapture(fx.s, mode));
+      CU_OK(api().cuLaunchKernel(reinterpret_cast<CUfunction>(k), 1, 1, 1, 1, 1, 1, 0, fx.s,
+                                 fx.args, nullptr));
+      CUlaunchConfig c = launch_config(fx.s);
+      CU_OK(api().cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(k), fx.args, nullptr));
+      CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
       CUgraph g = nullptr;
-      CU_OK(api().cuStreamEndCapture(s.s, &g));
+      CU_OK(api().cuStreamEndCapture(fx.s, &g));
       REQUIRE(g != nullptr);
       CHECK(node_count(g) == 2);
-      const int before = read_int(buf.p, s.s);
+      const int before = fx.value();
       CUgraphExec exec = instantiate(g);
-      CU_OK(api().cuGraphLaunch(exec, s.s));
-      CHECK(read_int(buf.p, s.s) == before + 2);
+      CU_OK(api().cuGraphLaunch(exec, fx.s));
+      CHECK(fx.value() == before + 2);
       CU_OK(api().cuGraphExecDestroy(exec));
       CU_OK(api().cuGraphDestroy(g));
     }
     // Loading a library during a capture is allowed too.
     {
-      CU_OK(api().cuStreamBeginCapture(s.s, mode));
+      CU_OK(api().cuStreamBeginCapture(fx.s, mode));
       CUlibrary lib = nullptr;
       CU_OK(api().cuLibraryLoadData(&lib, kLibraryPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
       CUkernel k = nullptr;
       CU_OK(api().cuLibraryGetKernel(&k, lib, "lib_add"));
-      CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
-      CHECK(end_capture_result(s.s) == nm(CUDA_SUCCESS));
+      CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+      CHECK(end_capture_result(fx.s) == nm(CUDA_SUCCESS));
       CU_OK(api().cuLibraryUnload(lib));
     }
   }
@@ -3425,14 +3397,7 @@ TEST_CASE("lazy loading while a stream captures keeps the capture valid, in ever
 TEST_CASE("cuLibraryUnload during a global or thread-local capture is unsupported and invalidates",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
+  LaunchFixture fx;
   for (CUstreamCaptureMode mode :
        {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL}) {
     INFO("mode " << mode);
@@ -3442,66 +3407,59 @@ TEST_CASE("cuLibraryUnload during a global or thread-local capture is unsupporte
     CUkernel k = nullptr;
     CU_OK(api().cuLibraryGetKernel(&k, lib, "lib_add"));
     CU_OK(api().cuKernelGetFunction(&f, k));
-    CU_OK(api().cuStreamBeginCapture(s.s, mode));
+    CU_OK(api().cuStreamBeginCapture(fx.s, mode));
     CU_CHECK_EQ(api().cuLibraryUnload(lib), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
-    CHECK(end_capture_result(s.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+    CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CHECK(end_capture_result(fx.s) == nm(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
     // Refused: the library is still loaded.
     CU_OK(api().cuLibraryGetKernel(&k, lib, "lib_add"));
-    CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
-    CU_OK(api().cuStreamSynchronize(s.s));
+    CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
+    CU_OK(api().cuStreamSynchronize(fx.s));
     CU_OK(api().cuLibraryUnload(lib));
   }
-  CHECK(read_int(buf.p, s.s) == 2);
+  CHECK(fx.value() == 2);
   const auto load = [] {
     CUlibrary lib = nullptr;
     CU_OK(api().cuLibraryLoadData(&lib, kLibraryPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
     return lib;
   };
   // Relaxed: allowed.
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_RELAXED));
   CU_OK(api().cuLibraryUnload(load()));
-  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  CHECK(end_capture_result(s.s) == nm(CUDA_SUCCESS));
+  CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CHECK(end_capture_result(fx.s) == nm(CUDA_SUCCESS));
   // From another thread: refused during a global capture, allowed during a thread-local one.
   for (CUstreamCaptureMode mode :
        {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL}) {
     INFO("other thread, mode " << mode);
     CUlibrary lib = load();
-    CU_OK(api().cuStreamBeginCapture(s.s, mode));
+    CU_OK(api().cuStreamBeginCapture(fx.s, mode));
     CUresult r = CUDA_ERROR_UNKNOWN;
     std::thread t([&] { r = api().cuLibraryUnload(lib); });
     t.join();
     const bool global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
     CU_CHECK_EQ(r, global ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS);
-    CHECK(capture_status(s.s) ==
+    CHECK(capture_status(fx.s) ==
           (global ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE));
-    CHECK(end_capture_result(s.s) ==
+    CHECK(end_capture_result(fx.s) ==
           nm(global ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS));
     if (global) CU_OK(api().cuLibraryUnload(lib));
   }
   // A thread whose own capture mode is relaxed may unload during its own global capture.
   CUlibrary lib = load();
-  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuStreamBeginCapture(fx.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   CU_OK(api().cuThreadExchangeStreamCaptureMode(&mode));
   CU_OK(api().cuLibraryUnload(lib));
   CU_OK(api().cuThreadExchangeStreamCaptureMode(&mode));
-  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  CHECK(end_capture_result(s.s) == nm(CUDA_SUCCESS));
+  CHECK(capture_status(fx.s) == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CHECK(end_capture_result(fx.s) == nm(CUDA_SUCCESS));
 }
 
 TEST_CASE("cuLibraryUnload: its functions become invalid handles; launches in flight complete",
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
-  LibAddTwin twin;
-  PrimaryScope scope;
-  StreamHandle s(CU_STREAM_NON_BLOCKING);
-  DeviceBuffer buf(sizeof(int));
-  CU_OK(api().cuMemsetD32Async(buf.p, 0, 1, s.s));
-  CUdeviceptr p = buf.p;
-  int amount = 1;
-  void* args[] = {&p, &amount};
+  LaunchFixture fx;
   CUlibrary lib = nullptr;
   CU_OK(api().cuLibraryLoadData(&lib, kLibraryPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUkernel k = nullptr;
@@ -3513,23 +3471,23 @@ TEST_CASE("cuLibraryUnload: its functions become invalid handles; launches in fl
   // Launches in flight when the library is unloaded complete. (A graph executable holding a
   // launch of its kernels must not be launched afterwards: the H200 crashed once in two runs;
   // the emulator answers CUDA_ERROR_INVALID_HANDLE, [emu-only] case.)
-  CU_OK(api().cuLaunchHostFunc(s.s, sleep_20ms, nullptr));
+  CU_OK(api().cuLaunchHostFunc(fx.s, sleep_20ms, nullptr));
   for (int i = 0; i < 10; ++i)
-    CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr));
+    CU_OK(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr));
   CU_OK(api().cuLibraryUnload(lib));
-  CU_OK(api().cuStreamSynchronize(s.s));
-  CHECK(read_int(buf.p, s.s) == 10);
+  CU_OK(api().cuStreamSynchronize(fx.s));
+  CHECK(fx.value() == 10);
   // What the H200 answers after the unload (other calls on the library or its kernels crash
   // it: see the [emu-only] case).
-  CU_CHECK_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.s, args, nullptr),
+  CU_CHECK_EQ(api().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, fx.s, fx.args, nullptr),
               CUDA_ERROR_INVALID_HANDLE);
-  CUlaunchConfig c = launch_config(s.s);
-  CU_CHECK_EQ(api().cuLaunchKernelEx(&c, f, args, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CUlaunchConfig c = launch_config(fx.s);
+  CU_CHECK_EQ(api().cuLaunchKernelEx(&c, f, fx.args, nullptr), CUDA_ERROR_INVALID_HANDLE);
   CUfunction from_module = nullptr;
   CU_CHECK_EQ(api().cuModuleGetFunction(&from_module, m, "lib_add"), CUDA_ERROR_INVALID_HANDLE);
   CU_CHECK_EQ(api().cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
-  CU_OK(api().cuStreamSynchronize(s.s));
-  CHECK(read_int(buf.p, s.s) == 10);
+  CU_OK(api().cuStreamSynchronize(fx.s));
+  CHECK(fx.value() == 10);
 }
 
 // ============================================================================================
