@@ -18,6 +18,7 @@
 #include "custream/graph_update_error.hpp"
 #include "driver.hpp"
 #include "host_function.hpp"
+#include "library.hpp"
 #include "shared.hpp"
 
 namespace custream {
@@ -31,9 +32,10 @@ struct GraphOwner : Counted {
     if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
   }
   CUgraphExec exec = nullptr;
-  CUgraph graph = nullptr;  // the graph this executable was instantiated from
-  bool owned = false;       // adopted or from end_capture: destroyed with the last reference
-  Context keep;             // the owned context it was instantiated in (contexts.md, invariant 5)
+  CUgraph graph = nullptr;   // the graph this executable was instantiated from
+  bool owned = false;        // adopted or from end_capture: destroyed with the last reference
+  Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
+  GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
 };
 template struct Refs<GraphOwner>;
 
@@ -197,7 +199,9 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   g.owner_.get()->owned = owned;
   g.graph_ = graph;
   g.flags_ = flags;
-  detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
+  std::vector<const void*> kernels;
+  detail::own_run_once_nodes(graph, owned, &kernels);  // before anything can run it (6)
+  g.owner_.get()->libraries.hold(kernels);             // libraries.md, invariant 5
 
   const detail::Loaded& l = detail::loaded();
   CUcontext context = stream.context();  // invariant 3
@@ -285,6 +289,7 @@ void Graph::upload(StreamRef stream) const {
 
 void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
+  if (newer.owner_) owner_.get()->libraries.hold(newer.owner_.get()->libraries);  // invariant 5
   update_exec(graph_, exec_, newer.graph_);
 }
 
@@ -294,7 +299,9 @@ void Graph::update_from_capture(StreamRef stream) {
     CUgraph graph;
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
   } captured{detail::end_capture_graph(stream)};
-  detail::own_run_once_nodes(captured.graph, true);  // invariant 6
+  std::vector<const void*> kernels;
+  detail::own_run_once_nodes(captured.graph, true, &kernels);  // invariant 6
+  owner_.get()->libraries.hold(kernels);                       // libraries.md, invariant 5
   update_exec(graph_, exec_, captured.graph);
 }
 

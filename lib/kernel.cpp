@@ -5,6 +5,7 @@
 
 #include "custream/context_scope.hpp"
 #include "driver.hpp"
+#include "launch.hpp"
 #include "module.hpp"
 
 namespace custream {
@@ -17,6 +18,10 @@ void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t sha
   if (r != CUDA_SUCCESS) launch_failed(r, stream, grid, block, shared_bytes, params);
 }
 
+void Kernel::launch_raw(StreamRef stream, const LaunchConfig& config, void** params) const {
+  detail::launch_with_config(function_, stream, config, params, {});
+}
+
 void Kernel::launch_failed(CUresult r, StreamRef stream, Dim3 grid, Dim3 block,
                            std::size_t shared_bytes, void** params) const {
   if (r == CUDA_ERROR_INVALID_CONTEXT && module_.owner_) {  // invariant 4
@@ -26,12 +31,9 @@ void Kernel::launch_failed(CUresult r, StreamRef stream, Dim3 grid, Dim3 block,
                                      nullptr);
     if (r == CUDA_SUCCESS) return;
   }
-  auto dims = [](Dim3 d) {
-    return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
-  };
-  std::string why = "kernel " + detail::pointer_text(function_) + ", grid " + dims(grid) +
-                    ", block " + dims(block) + ", " + std::to_string(shared_bytes) +
-                    " bytes of shared memory";
+  std::string why = "kernel " + detail::pointer_text(function_) + ", grid " +
+                    detail::dims_text(grid) + ", block " + detail::dims_text(block) + ", " +
+                    std::to_string(shared_bytes) + " bytes of shared memory";
   const CUcontext loaded_in = module_.context();
   if (r == CUDA_ERROR_INVALID_HANDLE && loaded_in != nullptr && stream.context() != nullptr &&
       loaded_in != stream.context()) {

@@ -3,12 +3,12 @@
 // docs/design/libraries.md.
 #include "custream/library.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "context.hpp"
@@ -18,7 +18,9 @@
 #include "custream/error.hpp"
 #include "custream/library_kernel.hpp"
 #include "driver.hpp"
+#include "launch.hpp"
 #include "library.hpp"
+#include "module.hpp"
 
 namespace custream {
 namespace detail {
@@ -39,10 +41,117 @@ std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
   return h ^ (h >> 32);
 }
 
+namespace {
+
+// The functions and kernels of every loaded library, so that a graph's kernel nodes can be
+// traced to the libraries they need (invariant 5). Guarded by one mutex: it is written when a
+// kernel is enumerated or resolved in a context, and read when custream instantiates a graph,
+// never on a launch.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const void*, LibraryOwner*> owners;  // CUfunction or CUkernel → library
+  std::unordered_map<LibraryOwner*, std::vector<const void*>> handles;  // its entries above
+  std::atomic<long> libraries{0};                                       // loaded, in process
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: owners may outlive static destruction
+  return *r;
+}
+
+// Records that `handle` (a function or kernel of `owner`'s library) belongs to it. A handle
+// reused by the driver after another library's unload is taken over.
+void register_handle(LibraryOwner* owner, const void* handle) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto [it, inserted] = r.owners.emplace(handle, owner);
+  if (!inserted) {
+    if (it->second == owner) return;
+    it->second = owner;
+  }
+  r.handles[owner].push_back(handle);
+}
+
+// Forgets `owner`'s handles; the caller holds the registry's mutex.
+void unregister_locked(Registry& r, LibraryOwner* owner) {
+  auto it = r.handles.find(owner);
+  if (it == r.handles.end()) return;
+  for (const void* h : it->second) {
+    auto o = r.owners.find(h);
+    if (o != r.owners.end() && o->second == owner) r.owners.erase(o);
+  }
+  r.handles.erase(it);
+}
+
+// Adds a reference to `owner` unless its last one is already gone (it is being destroyed and
+// waits for the registry's mutex to unregister itself).
+bool try_retain(LibraryOwner* owner) noexcept {
+  long refs = owner->refs.load(std::memory_order_relaxed);
+  while (refs > 0) {
+    if (owner->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 LibraryOwner::~LibraryOwner() {
-  if (library != nullptr) release_call<&DriverApi::cuLibraryUnload>("library", library, library);
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    unregister_locked(r, this);
+  }
+  if (library != nullptr) {
+    r.libraries.fetch_sub(1, std::memory_order_relaxed);
+    release_call<&DriverApi::cuLibraryUnload>("library", library, library);
+  }
 }
 template struct Refs<LibraryOwner>;
+
+bool GraphLibraries::any_loaded() noexcept {
+  return registry().libraries.load(std::memory_order_relaxed) > 0;
+}
+
+void GraphLibraries::add(LibraryOwner* owner) {
+  owner->graphs.fetch_add(1, std::memory_order_relaxed);
+  held_.push_back(owner);
+}
+
+void GraphLibraries::hold(const std::vector<const void*>& functions) {
+  if (functions.empty()) return;
+  held_.reserve(held_.size() + 1);  // the common case (one library) cannot throw below
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const void* f : functions) {
+    auto it = r.owners.find(f);
+    if (it == r.owners.end()) continue;
+    LibraryOwner* owner = it->second;
+    if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
+    if (!try_retain(owner)) continue;
+    try {
+      add(owner);
+    } catch (...) {
+      Refs<LibraryOwner>::release(owner);  // not the last: its other holder is alive
+      throw;
+    }
+  }
+}
+
+void GraphLibraries::hold(const GraphLibraries& other) {
+  for (LibraryOwner* owner : other.held_) {
+    if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
+    held_.reserve(held_.size() + 1);
+    Refs<LibraryOwner>::retain(owner);  // `other` holds one: it cannot be the last
+    add(owner);
+  }
+}
+
+GraphLibraries::~GraphLibraries() {
+  for (LibraryOwner* owner : held_) {
+    owner->graphs.fetch_sub(1, std::memory_order_relaxed);
+    Refs<LibraryOwner>::release(owner);  // the last unloads it
+  }
+}
 
 namespace {
 
@@ -76,6 +185,7 @@ void enumerate(LibraryOwner& owner, const Loaded& l) {
     const char* name = nullptr;
     call<&DriverApi::cuKernelGetName>(subject, &name, k);
     owner.kernels.push_back(make_state(k, name != nullptr ? name : "", l.device_count));
+    register_handle(&owner, k);
     owner.names.push_back(owner.kernels.back()->name);
     owner.by_name.emplace(owner.names.back(), owner.kernels.back().get());
   }
@@ -128,23 +238,15 @@ Library Library::load(const void* image, std::size_t bytes, LibraryCache use_cac
       }
     }
   }
-  char error_log[8192] = {};
-  char info_log[4096] = {};
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                            CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void* values[] = {
-      error_log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error_log)), info_log,
-      reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof info_log))};
+  detail::JitLogs logs;
   auto owner = std::make_unique<detail::LibraryOwner>();  // first: a failure leaks nothing
-  if (CUresult r = l.api.cuLibraryLoadData(&owner->library, image, options, values, 4u, nullptr,
-                                           nullptr, 0u);
+  if (CUresult r = l.api.cuLibraryLoadData(&owner->library, image, logs.options, logs.values,
+                                           logs.count, nullptr, nullptr, 0u);
       r != CUDA_SUCCESS) {
     owner->library = nullptr;
-    error_log[sizeof error_log - 1] = '\0';
-    std::string detail = std::string("loading ") + what;
-    if (error_log[0] != '\0') detail += "; JIT error log:\n" + std::string(error_log);
-    detail::fail<&DriverApi::cuLibraryLoadData>(r, {}, std::move(detail));
+    detail::fail<&DriverApi::cuLibraryLoadData>(r, {}, logs.failure(what));
   }
+  detail::registry().libraries.fetch_add(1, std::memory_order_relaxed);  // the owner's dtor: -1
   detail::enumerate(*owner, l);  // a failure unloads it (the owner)
   Library library;
   library.owner_ = detail::Shared<detail::LibraryOwner>(owner.release());
@@ -176,17 +278,7 @@ Library Library::from_image(const void* image, std::size_t bytes, LibraryCache c
 }
 
 Library Library::from_file(const std::string& path, LibraryCache cache) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Library::from_file", path,
-                "cannot open the file");
-  }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Library::from_file", path,
-                "cannot read the file");
-  }
-  bytes.push_back('\0');  // PTX files need the terminator; images ignore it
+  const std::string bytes = detail::read_image_file(path, "custream::Library::from_file");
   return load(bytes.data(), bytes.size(), cache, ("file " + path).c_str());
 }
 
@@ -206,14 +298,62 @@ std::size_t Library::cached_count() noexcept {
   return c.entries.size();
 }
 
-CUlibrary Library::handle() const noexcept { return owner_ ? owner_.get()->library : nullptr; }
-
 namespace {
 [[noreturn, gnu::cold]] void refuse_empty(const char* call) {
   throw Error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::Library",
               "the Library holds no library (default-constructed or moved from)");
 }
+
+[[noreturn, gnu::cold]] void refuse_unload(CUlibrary library, long graphs, long others) {
+  std::string why;
+  if (graphs > 0) {
+    why = std::to_string(graphs) +
+          " graph(s) custream instantiated still launch its kernels (destroy them first)";
+  }
+  if (others > 0) {
+    why += (why.empty() ? "" : "; ") + std::to_string(others) +
+           " other reference(s) (copies of the Library or LibraryKernels taken from it) still use "
+           "it";
+  }
+  throw Error(CUDA_ERROR_NOT_PERMITTED, "cuLibraryUnload",
+              "library " + detail::pointer_text(library),
+              why + "; custream refused to unload it (it stays loaded until the last goes)");
+}
 }  // namespace
+
+void Library::unload() {
+  if (!owner_) refuse_empty("cuLibraryUnload");
+  detail::LibraryOwner* owner = owner_.get();
+  Library cached;  // the cache's reference, dropped after the locks (not the last)
+  {
+    // The cache first, then the registry (the order every path takes): while both are held no
+    // new reference can appear, since only the cache and a graph's instantiation hand one out
+    // from nothing.
+    detail::Cache& c = detail::cache();
+    std::lock_guard<std::mutex> cache_lock(c.mutex);
+    auto entry = std::find_if(c.entries.begin(), c.entries.end(),
+                              [&](const detail::CacheEntry& e) { return e.library == *this; });
+    detail::Registry& r = detail::registry();
+    std::lock_guard<std::mutex> registry_lock(r.mutex);
+    const long graphs = owner->graphs.load(std::memory_order_relaxed);
+    const long others = owner->refs.load(std::memory_order_relaxed) - 1 - graphs -
+                        (entry != c.entries.end() ? 1 : 0);
+    if (graphs > 0 || others > 0) refuse_unload(owner->library, graphs, others);
+    detail::call<&DriverApi::cuLibraryUnload>(detail::library_subject(owner->library),
+                                              owner->library);
+    owner->library = nullptr;  // unloaded: the owner's destructor has nothing left to do
+    r.libraries.fetch_sub(1, std::memory_order_relaxed);
+    detail::unregister_locked(r, owner);
+    if (entry != c.entries.end()) {
+      cached = std::move(entry->library);
+      c.bytes -= entry->image.size();
+      c.entries.erase(entry);
+    }
+  }
+  owner_ = {};
+}
+
+CUlibrary Library::handle() const noexcept { return owner_ ? owner_.get()->library : nullptr; }
 
 const std::vector<std::string>& Library::kernel_names() const {
   if (!owner_) refuse_empty("custream::Library::kernel_names");
@@ -229,7 +369,7 @@ LibraryKernel Library::kernel(const std::string& name) const {
   detail::LibraryOwner& owner = *owner_.get();
   if (owner.enumerated) {  // immutable since the load: no lock (invariant 2)
     if (auto it = owner.by_name.find(name); it != owner.by_name.end()) {
-      return LibraryKernel(it->second, it->second->kernel, *this);
+      return LibraryKernel(it->second, *this);
     }
     std::string known;
     for (const std::string& n : owner.names) known += (known.empty() ? "" : ", ") + n;
@@ -249,8 +389,9 @@ LibraryKernel Library::kernel(const std::string& name) const {
                                                    "kernel \"" + name + "\"");
     }
     slot = detail::make_state(k, name, detail::loaded().device_count);
+    detail::register_handle(&owner, k);
   }
-  return LibraryKernel(slot.get(), slot->kernel, *this);
+  return LibraryKernel(slot.get(), *this);
 }
 
 void Library::preload(const Context& context) const {
@@ -260,7 +401,7 @@ void Library::preload(const Context& context) const {
     detail::entry<&DriverApi::cuLibraryGetKernelCount>(detail::api());  // names the driver
   }
   for (const auto& state : owner.kernels) {
-    (void)LibraryKernel(state.get(), state->kernel, *this).function(context);
+    (void)LibraryKernel(state.get(), *this).function(context);
   }
 }
 
@@ -296,18 +437,88 @@ LibraryGlobal Library::managed(const std::string& name) const {
 
 // --- LibraryKernel ---
 
+namespace detail {
+
+void load_param_sizes(KernelState& state, const StreamRef& stream) {
+  std::lock_guard<std::mutex> lock(state.params_mutex);
+  if (state.params.load(std::memory_order_relaxed) != KernelState::Params::unasked) return;
+  const DriverApi& api = detail::api();
+  if (api.cuKernelGetParamInfo == nullptr) {  // CUDA 12.4
+    state.params.store(KernelState::Params::unknown, std::memory_order_release);
+    return;
+  }
+  // The driver asks for a current context (the stream's; the current one for a special handle).
+  std::optional<ContextScope> scope;
+  if (!stream.is_special()) scope.emplace(stream.context());  // as launch.cpp's queries
+  std::vector<std::size_t> sizes;
+  for (;;) {
+    std::size_t offset = 0, size = 0;
+    const CUresult r = api.cuKernelGetParamInfo(state.kernel, sizes.size(), &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {       // an image the driver cannot tell of
+      state.params.store(KernelState::Params::unknown, std::memory_order_release);
+      return;
+    }
+    if (r != CUDA_SUCCESS) {
+      fail<&DriverApi::cuKernelGetParamInfo>(
+          r, {Subject::What::stream, stream.handle(), stream.device_id()},
+          "parameter " + std::to_string(sizes.size()) + " of kernel \"" + state.name + "\"");
+    }
+    sizes.push_back(size);
+  }
+  state.param_sizes = std::move(sizes);
+  state.params.store(KernelState::Params::known, std::memory_order_release);
+}
+
+[[noreturn, gnu::cold]] void refuse_arguments(const KernelState& state, std::string why) {
+  std::string layout;
+  for (std::size_t i = 0; i < state.param_sizes.size(); ++i) {
+    layout += (i == 0 ? "" : ", ") + std::to_string(state.param_sizes[i]);
+  }
+  throw Error(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "kernel \"" + state.name + "\"",
+              std::move(why) + "; its parameters take " +
+                  (layout.empty() ? std::string("no bytes") : layout + " bytes") +
+                  " (custream refused the launch without calling the driver)");
+}
+
+void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count) {
+  const std::vector<std::size_t>& expected = state.param_sizes;
+  if (count != expected.size()) {
+    refuse_arguments(state, "the kernel has " + std::to_string(expected.size()) +
+                                " parameter(s), the launch gave " + std::to_string(count) +
+                                " argument(s)");
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sizes[i] != expected[i]) {
+      refuse_arguments(state, "argument " + std::to_string(i) + " has " + std::to_string(sizes[i]) +
+                                  " bytes, parameter " + std::to_string(i) + " takes " +
+                                  std::to_string(expected[i]));
+    }
+  }
+}
+
+}  // namespace detail
+
 const std::string& LibraryKernel::name() const noexcept {
   static const std::string none;
   return state_ != nullptr ? state_->name : none;
 }
 
+CUkernel LibraryKernel::handle() const noexcept {
+  return state_ != nullptr ? state_->kernel : nullptr;
+}
+
 Library LibraryKernel::library() const noexcept { return library_; }
 
+namespace {
+[[noreturn, gnu::cold]] void refuse_empty_kernel(const char* call) {
+  throw Error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::LibraryKernel",
+              "the LibraryKernel holds no kernel");
+}
+}  // namespace
+
 CUfunction LibraryKernel::function(const Context& context) const {
-  if (state_ == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_HANDLE, "cuKernelGetFunction", "empty custream::LibraryKernel",
-                "the LibraryKernel holds no kernel");
-  }
+  if (state_ == nullptr) refuse_empty_kernel("cuKernelGetFunction");
   const bool primary = context.kind() == ContextKind::primary;
   std::atomic<CUfunction>* slot = primary ? &state_->primary[context.device_id()] : nullptr;
   if (slot != nullptr) {
@@ -316,56 +527,78 @@ CUfunction LibraryKernel::function(const Context& context) const {
   // Resolved in the context (invariant 3): cuKernelGetFunction loads the kernel there.
   ContextScope scope(detail::nonempty(context, "custream::LibraryKernel::function"));
   CUfunction f = nullptr;
-  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetFunction>(&f, kernel_);
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetFunction>(&f, state_->kernel);
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuKernelGetFunction>(
         r, {detail::Subject::What::context, context.handle(), context.device_id()},
         "kernel \"" + state_->name + "\" (" + to_string(context.kind()) + " context)");
   }
+  detail::register_handle(library_.owner_.get(), f);               // graphs find it (invariant 5)
   if (slot != nullptr) slot->store(f, std::memory_order_release);  // the same f every time
   return f;
 }
 
 CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
-  if (state_ == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel", "empty custream::LibraryKernel",
-                "the LibraryKernel holds no kernel");
+  if (state_ == nullptr) refuse_empty_kernel("cuLaunchKernel");
+  const int device = stream.device_id();
+  if (device >= 0 && stream.context_kind() == ContextKind::primary) {
+    if (CUfunction f = state_->primary[device].load(std::memory_order_acquire)) return f;  // 3
+    return function(Device(device).primary_context());
   }
   // A special handle means the current context's stream: the driver resolves a CUkernel
   // passed as the function in the current context.
-  if (stream.is_special()) return reinterpret_cast<CUfunction>(kernel_);
-  if (stream.context_kind() == ContextKind::primary) {
-    return function(Device(stream.device_id()).primary_context());
-  }
+  if (stream.is_special()) return reinterpret_cast<CUfunction>(state_->kernel);
   return function(Context::wrap(stream.context()));
 }
 
-void LibraryKernel::launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block,
-                               std::size_t shared_bytes, void** params) const {
-  CUfunction f = nullptr;
-  const int device = stream.device_id();
-  if (device >= 0 && stream.context_kind() == ContextKind::primary && state_ != nullptr) {
-    f = state_->primary[device].load(std::memory_order_acquire);  // invariant 3
+void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
+                          std::size_t count) const {
+  auto params = state_->params.load(std::memory_order_acquire);
+  if (params == detail::KernelState::Params::unasked) {
+    detail::load_param_sizes(*state_, stream);
+    params = state_->params.load(std::memory_order_acquire);
   }
-  if (f == nullptr) f = function_for(stream);
+  if (params == detail::KernelState::Params::known) detail::check_arguments(*state_, sizes, count);
+}
+
+void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block,
+                                   std::size_t shared_bytes, void** params,
+                                   const std::size_t* sizes, std::size_t count) const {
+  const CUfunction f = function_for(stream);
+  if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
   const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
                                                   block.z, static_cast<unsigned>(shared_bytes),
                                                   stream.handle(), params, nullptr);
   if (r != CUDA_SUCCESS) {
-    auto dims = [](Dim3 d) {
-      return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
-    };
     detail::throw_stream_error(r, "cuLaunchKernel", stream,
-                               "library kernel \"" + state_->name + "\", grid " + dims(grid) +
-                                   ", block " + dims(block) + ", " + std::to_string(shared_bytes) +
-                                   " bytes of shared memory");
+                               "library kernel \"" + state_->name + "\", grid " +
+                                   detail::dims_text(grid) + ", block " + detail::dims_text(block) +
+                                   ", " + std::to_string(shared_bytes) + " bytes of shared memory");
   }
+}
+
+void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& config,
+                                   void** params, const std::size_t* sizes,
+                                   std::size_t count) const {
+  const CUfunction f = function_for(stream);
+  if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
+  detail::launch_with_config(f, stream, config, params, "library kernel \"" + state_->name + "\"");
+}
+
+void LibraryKernel::launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block,
+                               std::size_t shared_bytes, void** params) const {
+  launch_checked(stream, grid, block, shared_bytes, params, nullptr, 0);
+}
+
+void LibraryKernel::launch_raw(const StreamRef& stream, const LaunchConfig& config,
+                               void** params) const {
+  launch_checked(stream, config, params, nullptr, 0);
 }
 
 int LibraryKernel::attribute(CUfunction_attribute attribute, int device) const {
   const Device d(device);
   int value = 0;
-  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetAttribute>(&value, attribute, kernel_,
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetAttribute>(&value, attribute, handle(),
                                                                       d.handle());
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuKernelGetAttribute>(
@@ -377,8 +610,8 @@ int LibraryKernel::attribute(CUfunction_attribute attribute, int device) const {
 
 void LibraryKernel::set_attribute(CUfunction_attribute attribute, int value, int device) const {
   const Device d(device);
-  if (CUresult r =
-          detail::try_call<&DriverApi::cuKernelSetAttribute>(attribute, value, kernel_, d.handle());
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelSetAttribute>(attribute, value, handle(),
+                                                                      d.handle());
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuKernelSetAttribute>(r, detail::device_subject(device),
                                                    "kernel \"" + name() + "\", attribute " +

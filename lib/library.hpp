@@ -1,5 +1,5 @@
-// The owner of a loaded library and its kernels' functions per context. Internal. Design:
-// docs/design/libraries.md.
+// The owner of a loaded library, its kernels' functions per context and parameter sizes, and
+// the libraries graphs hold. Internal. Design: docs/design/libraries.md.
 #pragma once
 
 #include <cuda.h>
@@ -15,16 +15,27 @@
 
 #include "shared.hpp"
 
+namespace custream {
+class StreamRef;
+}
+
 namespace custream::detail {
 
-/// A kernel of a library: its CUkernel, name, and its function in each device's primary
-/// context once resolved (invariant 3).
+/// A kernel of a library: its CUkernel, name, its function in each device's primary context
+/// once resolved (invariant 3), and its parameters' sizes once asked (invariant 6).
 struct KernelState {
   CUkernel kernel = nullptr;
   std::string name;
   /// Per device ordinal: the function in that device's primary context, or null until the
   /// first launch there. Read without a lock; racing first launches store the same function.
   std::unique_ptr<std::atomic<CUfunction>[]> primary;
+
+  /// Whether param_sizes is known: not yet asked, known, or unknowable (a driver without
+  /// cuKernelGetParamInfo, or an image it cannot tell of). Written once, under params_mutex.
+  enum class Params : int { unasked, known, unknown };
+  std::atomic<Params> params{Params::unasked};
+  std::mutex params_mutex;
+  std::vector<std::size_t> param_sizes;  // immutable once params is known
 };
 
 /// A 64-bit hash of `bytes` bytes, eight at a time: the cache's key of an image.
@@ -43,6 +54,43 @@ struct LibraryOwner : Counted {
   bool enumerated = false;
   std::mutex lazy_mutex;
   std::unordered_map<std::string, std::unique_ptr<KernelState>> lazy;
+  /// How many graphs hold this library (invariant 5).
+  std::atomic<long> graphs{0};
+};
+
+/// The parameter sizes of `state`'s kernel, asked once with `stream`'s context current
+/// (cuKernelGetParamInfo); leaves state.params known or unknown. @throws Error on a driver
+/// failure other than "cannot tell".
+void load_param_sizes(KernelState& state, const StreamRef& stream);
+
+/// Throws the Error of a typed launch whose `count` arguments of `sizes` do not match the
+/// kernel's parameters, naming the first mismatch; returns when they match.
+void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count);
+
+/// The libraries whose kernels a graph launches, held while the graph (and its executable)
+/// lives (invariant 5). Filled from the graph's kernel nodes when custream instantiates or
+/// updates it; never copied.
+class GraphLibraries {
+ public:
+  GraphLibraries() = default;
+  GraphLibraries(const GraphLibraries&) = delete;
+  GraphLibraries& operator=(const GraphLibraries&) = delete;
+  ~GraphLibraries();
+
+  /// Whether any library is loaded in the process: when none, a graph's kernel nodes need not
+  /// be read.
+  static bool any_loaded() noexcept;
+  /// Holds the libraries of these kernel-node functions (CUfunction or CUkernel handles), those
+  /// custream knows of; others are ignored.
+  void hold(const std::vector<const void*>& functions);
+  /// Holds `other`'s libraries too.
+  void hold(const GraphLibraries& other);
+  /// How many libraries are held.
+  std::size_t size() const noexcept { return held_.size(); }
+
+ private:
+  void add(LibraryOwner* owner);  // a reference already taken
+  std::vector<LibraryOwner*> held_;
 };
 
 }  // namespace custream::detail

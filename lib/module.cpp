@@ -34,6 +34,26 @@ ModuleOwner::~ModuleOwner() {
 }
 template struct Refs<ModuleOwner>;
 
+std::string read_image_file(const std::string& path, const char* call) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, path, "cannot open the file");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, path, "cannot read the file");
+  bytes.push_back('\0');  // PTX files need the terminator; images ignore it (invariant 2)
+  return bytes;
+}
+
+JitLogs::JitLogs() noexcept
+    : values{error, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error)), info,
+             reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof info))} {}
+
+std::string JitLogs::failure(const std::string& what) {
+  error[sizeof error - 1] = '\0';
+  std::string text = "loading " + what;
+  if (error[0] != '\0') text += "; JIT error log:\n" + std::string(error);
+  return text;
+}
+
 }  // namespace detail
 
 using detail::DriverApi;
@@ -49,22 +69,15 @@ Module Module::load(const void* image, const Context& where, const char* what) {
   const CUcontext context = where.handle();
   ContextScope scope(context);
 
-  char error_log[8192] = {};
-  char info_log[4096] = {};
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                            CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void* values[] = {
-      error_log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error_log)), info_log,
-      reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof info_log))};
+  detail::JitLogs logs;
   CUmodule module = nullptr;
-  const CUresult r = l.api.cuModuleLoadDataEx(&module, image, 4u, options, values);
+  const CUresult r =
+      l.api.cuModuleLoadDataEx(&module, image, logs.count, logs.options, logs.values);
   if (r != CUDA_SUCCESS) {
-    error_log[sizeof error_log - 1] = '\0';
-    std::string detail = std::string("loading ") + what + " into the " + to_string(where.kind()) +
-                         " context " + detail::pointer_text(context);
-    if (error_log[0] != '\0') detail += "; JIT error log:\n" + std::string(error_log);
-    detail::fail<&DriverApi::cuModuleLoadDataEx>(r, detail::device_subject(device),
-                                                 std::move(detail));
+    detail::fail<&DriverApi::cuModuleLoadDataEx>(
+        r, detail::device_subject(device),
+        logs.failure(std::string(what) + " into the " + to_string(where.kind()) + " context " +
+                     detail::pointer_text(context)));
   }
   Module m;
   try {
@@ -101,28 +114,14 @@ Module Module::from_image(const void* image, const Context& context) {
   return load(image, context, "a module image");
 }
 
-std::string Module::read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Module::from_file", path,
-                "cannot open the file");
-  }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Module::from_file", path,
-                "cannot read the file");
-  }
-  bytes.push_back('\0');  // PTX files need the terminator; images ignore it (invariant 2)
-  return bytes;
-}
-
 Module Module::from_file(const std::string& path, int device_id) {
-  const std::string bytes = read_file(path);  // before the device: a missing file says so
+  const std::string bytes =  // before the device: a missing file says so
+      detail::read_image_file(path, "custream::Module::from_file");
   return load(bytes.data(), context_for(device_id), ("file " + path).c_str());
 }
 
 Module Module::from_file(const std::string& path, const Context& context) {
-  const std::string bytes = read_file(path);
+  const std::string bytes = detail::read_image_file(path, "custream::Module::from_file");
   return load(bytes.data(), context, ("file " + path).c_str());
 }
 

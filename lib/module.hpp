@@ -4,6 +4,8 @@
 
 #include <cuda.h>
 
+#include <string>
+
 #include "custream/context.hpp"
 #include "shared.hpp"
 
@@ -15,6 +17,28 @@ struct ModuleOwner : Counted {
   CUmodule module = nullptr;
   CUcontext context = nullptr;
   Context keep;  // an owned context outlives its modules (contexts.md, invariant 5)
+};
+
+/// The bytes of the file at `path` (PTX, cubin or fatbin) with a NUL appended: PTX needs the
+/// terminator, images ignore it (invariant 2). @throws Error naming `call` and the file when it
+/// cannot be read.
+std::string read_image_file(const std::string& path, const char* call);
+
+/// JIT options that collect a load's error and info logs (cuModuleLoadDataEx,
+/// cuLibraryLoadData); the driver writes the logs into this object, so it is not copied.
+struct JitLogs {
+  JitLogs() noexcept;
+  JitLogs(const JitLogs&) = delete;
+  JitLogs& operator=(const JitLogs&) = delete;
+  static constexpr unsigned count = 4;
+  /// "loading <what>" and the JIT's error log when it wrote one.
+  std::string failure(const std::string& what);
+
+  char error[8192] = {};
+  char info[4096] = {};
+  CUjit_option options[count] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                                 CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[count] = {};
 };
 
 }  // namespace custream::detail

@@ -26,6 +26,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "custream/instantiate_flags.hpp"
 #include "custream/kernel.hpp"
+#include "custream/launch_config.hpp"
 #include "custream/library.hpp"
 #include "custream/library_kernel.hpp"
 #include "custream/module.hpp"

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "custream/dim3.hpp"
+#include "custream/launch_config.hpp"
 #include "custream/module.hpp"
 #include "custream/stream_ref.hpp"
 
@@ -52,6 +53,24 @@ class Kernel {
   /// @throws Error on a driver failure.
   void launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                   void** params) const;
+
+  /// Launches with launch attributes (one cuLaunchKernelEx, CUDA 11.6+): `config`'s
+  /// dimensions, shared memory, clusters, cooperative launch, priority, programmatic dependent
+  /// launch, memory synchronization domain, checked as LaunchConfig says.
+  /// @throws Error naming the kernel, the attribute and the limit when a check refuses; Error
+  /// naming the kernel, stream and configuration on a driver failure.
+  template <typename... Args>
+  void launch(StreamRef stream, const LaunchConfig& config, const Args&... args) const {
+    static_assert((std::is_trivially_copyable_v<Args> && ...),
+                  "kernel arguments are copied bytewise: they must be trivially copyable");
+    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
+                                         nullptr};
+    launch_raw(stream, config, params);
+  }
+
+  /// Launches with launch attributes and an array of pointers to the arguments.
+  /// @throws as launch(stream, config, args...).
+  void launch_raw(StreamRef stream, const LaunchConfig& config, void** params) const;
 
  private:
   friend class Module;

@@ -35,10 +35,11 @@ struct LibraryGlobal {
 };
 
 /// Code loaded once for the whole process and every device (cuLibraryLoadData, CUDA 12.0+),
-/// as a value handle: copies share it, and the last copy (or LibraryKernel taken from it, or
-/// the cache) unloads it. Unlike a Module, which is loaded into one context, a Library's
-/// kernels launch on streams of any device and any context: each kernel is resolved to the
-/// stream's context's function (cuKernelGetFunction) once, then cached.
+/// as a value handle: copies share it, and the last copy (or LibraryKernel taken from it, the
+/// cache, or a graph custream instantiated with one of its kernels) unloads it. Unlike a Module,
+/// which is loaded into one context, a Library's kernels launch on streams of any device and any
+/// context: each kernel is resolved to the stream's context's function (cuKernelGetFunction) once,
+/// then cached.
 ///
 /// Loading is content-addressed: the same image loaded again (same bytes) returns the same
 /// Library without another driver load. The cache keeps the libraries of the 64 most recently
@@ -91,6 +92,16 @@ class Library {
   /// The managed variable `name` (cuLibraryGetManaged), valid in every context.
   /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable.
   LibraryGlobal managed(const std::string& name) const;
+
+  /// Unloads the library now (cuLibraryUnload) and leaves this Library empty, when nothing
+  /// else can still run its code: no other copy of this Library and no LibraryKernel taken
+  /// from it exists, and no graph custream instantiated launches its kernels (the cache's
+  /// reference is dropped). Dropping the last reference unloads it too; this is for callers
+  /// that must know the code is gone.
+  /// @throws Error (CUDA_ERROR_NOT_PERMITTED) saying how many graphs or other references still
+  /// need it (nothing changes); the driver's error when it refuses (e.g. while a stream captures
+  /// in global mode), the library still loaded; Error (CUDA_ERROR_INVALID_HANDLE) when empty.
+  void unload();
 
   /// The CUlibrary (null when empty).
   CUlibrary handle() const noexcept;

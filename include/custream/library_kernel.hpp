@@ -10,6 +10,7 @@
 
 #include "custream/detail/shared.hpp"
 #include "custream/dim3.hpp"
+#include "custream/launch_config.hpp"
 #include "custream/library.hpp"
 #include "custream/stream_ref.hpp"
 
@@ -36,8 +37,8 @@ class LibraryKernel {
   /// No kernel.
   LibraryKernel() noexcept = default;
 
-  /// The CUkernel.
-  CUkernel handle() const noexcept { return kernel_; }
+  /// The CUkernel (null when empty).
+  CUkernel handle() const noexcept;
   /// Its name.
   const std::string& name() const noexcept;
   /// The library it belongs to.
@@ -52,7 +53,14 @@ class LibraryKernel {
   /// type must match the kernel's parameter type exactly: e.g. CUdeviceptr for a pointer, int
   /// for .s32). In the stream's context, whatever is current; for the special handles 0, 1
   /// and 2, the current context's function.
-  /// @throws Error naming the kernel, stream and configuration on a driver failure.
+  ///
+  /// The arguments are checked against the kernel's parameters where the driver reports them
+  /// (cuKernelGetParamInfo, CUDA 12.4; asked once per kernel, then a comparison of sizes): a
+  /// different count, or an argument whose size differs from its parameter's, is refused before
+  /// the driver is called.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and the first mismatching
+  /// argument, its size and the parameter's; Error naming the kernel, stream and configuration
+  /// on a driver failure.
   template <typename... Args>
   void launch(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
               const Args&... args) const {
@@ -60,13 +68,33 @@ class LibraryKernel {
                   "kernel arguments are copied bytewise: they must be trivially copyable");
     void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
                                          nullptr};
-    launch_raw(stream, grid, block, shared_bytes, params);
+    static constexpr std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
+    launch_checked(stream, grid, block, shared_bytes, params, sizes, sizeof...(Args));
   }
 
-  /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams).
-  /// @throws Error on a driver failure.
+  /// Launches with launch attributes (one cuLaunchKernelEx): `config`'s dimensions, shared
+  /// memory, clusters, cooperative launch, priority, programmatic dependent launch, memory
+  /// synchronization domain. The arguments are checked as by the launch above; the attributes
+  /// as LaunchConfig says.
+  /// @throws Error naming the kernel, the attribute and the limit when a check refuses; Error
+  /// naming the kernel, stream and configuration on a driver failure.
+  template <typename... Args>
+  void launch(const StreamRef& stream, const LaunchConfig& config, const Args&... args) const {
+    static_assert((std::is_trivially_copyable_v<Args> && ...),
+                  "kernel arguments are copied bytewise: they must be trivially copyable");
+    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
+                                         nullptr};
+    static constexpr std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
+    launch_checked(stream, config, params, sizes, sizeof...(Args));
+  }
+
+  /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams),
+  /// unchecked. @throws Error on a driver failure.
   void launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                   void** params) const;
+  /// Launches with launch attributes and an array of pointers to the arguments, unchecked.
+  /// @throws as launch(stream, config, args...) does, less the argument check.
+  void launch_raw(const StreamRef& stream, const LaunchConfig& config, void** params) const;
 
   /// An attribute of the kernel on `device` (cuKernelGetAttribute).
   /// @throws Error naming the kernel, the attribute and the device on a driver failure.
@@ -79,13 +107,18 @@ class LibraryKernel {
 
  private:
   friend class Library;
-  LibraryKernel(detail::KernelState* state, CUkernel kernel, Library library) noexcept
-      : state_(state), kernel_(kernel), library_(std::move(library)) {}
-  /// The function for `stream` (cached per context). @throws Error.
+  LibraryKernel(detail::KernelState* state, Library library) noexcept
+      : state_(state), library_(std::move(library)) {}
+  /// The function for `stream` (cached per device for primary contexts). @throws Error.
   CUfunction function_for(const StreamRef& stream) const;
+  /// Checks `count` arguments of `sizes` bytes against the parameters. @throws Error.
+  void check(const StreamRef& stream, const std::size_t* sizes, std::size_t count) const;
+  void launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                      void** params, const std::size_t* sizes, std::size_t count) const;
+  void launch_checked(const StreamRef& stream, const LaunchConfig& config, void** params,
+                      const std::size_t* sizes, std::size_t count) const;
 
-  detail::KernelState* state_ = nullptr;  // owned by the library
-  CUkernel kernel_ = nullptr;
+  detail::MovedFrom<detail::KernelState*> state_;  // owned by the library
   Library library_;
 };
 

@@ -79,7 +79,6 @@ class Module {
   friend class Kernel;
   static Module load(const void* image, const Context& context, const char* what);
   static Context context_for(int device_id);
-  static std::string read_file(const std::string& path);
 
   detail::MovedFrom<CUmodule> module_;
   detail::MovedFrom<int, -1> device_;

@@ -67,6 +67,8 @@ class MovedFrom {
     return *this;
   }
   constexpr operator T() const noexcept { return value_; }  // NOLINT: reads like a T
+  /// The pointee, when T is a pointer.
+  constexpr T operator->() const noexcept { return value_; }
 
  private:
   T value_ = Empty;

@@ -1,0 +1,305 @@
+// Launches with a configuration (cuLaunchKernelEx): the attributes, the checks made before the
+// driver is called, and the errors. Design: docs/design/libraries.md, invariant 7.
+#include "launch.hpp"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "custream/context_scope.hpp"
+#include "custream/error.hpp"
+#include "driver.hpp"
+#include "error.hpp"
+#include "result_names.hpp"
+
+namespace custream::detail {
+
+std::string dims_text(Dim3 d) {
+  return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
+}
+
+namespace {
+
+// What a device can do, asked once per device (cuDeviceGetAttribute) and kept: a check of a
+// launch with attributes then costs no driver call.
+struct DeviceCaps {
+  int sm_count = 0;
+  bool cluster_launch = false;
+  bool cooperative_launch = false;
+};
+
+class CapsCache {
+ public:
+  const DeviceCaps& get(const Loaded& l, int device) {
+    std::call_once(once_, [&] {
+      slots_ = std::make_unique<Slot[]>(static_cast<std::size_t>(l.device_count));
+    });
+    Slot& slot = slots_[static_cast<std::size_t>(device)];
+    if (!slot.ready.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!slot.ready.load(std::memory_order_relaxed)) {
+        const CUdevice d = l.devices[static_cast<std::size_t>(device)].device;
+        const Subject subject = device_subject(device);
+        int value = 0;
+        call<&DriverApi::cuDeviceGetAttribute>(subject, &value,
+                                               CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+        slot.caps.sm_count = value;
+        call<&DriverApi::cuDeviceGetAttribute>(subject, &value, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH,
+                                               d);
+        slot.caps.cluster_launch = value != 0;
+        call<&DriverApi::cuDeviceGetAttribute>(subject, &value,
+                                               CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, d);
+        slot.caps.cooperative_launch = value != 0;
+        slot.ready.store(true, std::memory_order_release);
+      }
+    }
+    return slot.caps;
+  }
+
+ private:
+  struct Slot {
+    std::atomic<bool> ready{false};
+    DeviceCaps caps;
+  };
+  std::once_flag once_;
+  std::mutex mutex_;
+  std::unique_ptr<Slot[]> slots_;
+};
+
+CapsCache& caps_cache() {
+  static CapsCache* cache = new CapsCache;  // never destroyed: no destructor order at exit
+  return *cache;
+}
+
+// An attribute and the first driver version whose cuda.h has it.
+struct AttributeNeed {
+  const char* name;
+  int version;
+};
+constexpr AttributeNeed kCluster{"CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION", 11080};
+constexpr AttributeNeed kCooperative{"CU_LAUNCH_ATTRIBUTE_COOPERATIVE", 11080};
+constexpr AttributeNeed kProgrammaticSerialization{
+    "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION", 11080};
+constexpr AttributeNeed kProgrammaticEvent{"CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT", 11080};
+constexpr AttributeNeed kPriority{"CU_LAUNCH_ATTRIBUTE_PRIORITY", 12000};
+constexpr AttributeNeed kMemSyncDomain{"CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN", 12000};
+
+std::string version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string kernel_text(CUfunction function, const std::string& kernel) {
+  return kernel.empty() ? "kernel " + pointer_text(function) : kernel;
+}
+
+// Throws the error of a launch custream refused before calling the driver.
+[[noreturn, gnu::cold]] void refuse(CUresult r, const StreamRef& stream, CUfunction function,
+                                    const std::string& kernel, const std::string& why) {
+  throw_stream_error(r, "cuLaunchKernelEx", stream,
+                     kernel_text(function, kernel) + ": " + why +
+                         " (custream refused the launch without calling the driver)");
+}
+
+[[gnu::cold]] void check_version(const Loaded& l, const AttributeNeed& need,
+                                 const StreamRef& stream, CUfunction function,
+                                 const std::string& kernel) {
+  if (l.version >= need.version) return;
+  refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+         std::string(need.name) + " needs a CUDA " + version_text(need.version) +
+             " driver or newer; this one is " + version_text(l.version));
+}
+
+// Makes current the context a query about a function on `stream` is made in: the stream's
+// (none for a special handle, whose context is the current one).
+void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& stream) {
+  if (!stream.is_special()) scope.emplace(stream.context());
+}
+
+[[gnu::cold]] void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+                                 CUfunction function, const LaunchConfig& config,
+                                 const std::string& kernel) {
+  check_version(l, kCluster, stream, function, kernel);
+  const Dim3 c = *config.cluster;
+  const Dim3 g = config.grid;
+  const std::string what = "cluster dimensions " + dims_text(c);
+  if (caps != nullptr && !caps->cluster_launch) {
+    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+           what +
+               ": the device cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0; "
+               "compute capability 9.0 or newer can)");
+  }
+  if (c.x == 0 || c.y == 0 || c.z == 0) {
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+           what + ": every dimension must be at least 1");
+  }
+  if (g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0) {
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+           what + " do not divide the grid " + dims_text(g));
+  }
+  const unsigned long long size = 1ull * c.x * c.y * c.z;
+  if (size <= 8) return;  // portable: every device that launches clusters can
+  // Larger clusters need the kernel's permission and the device's room: ask the driver what it
+  // can co-schedule (rare sizes only, so the common launch makes no query).
+  int allowed = 0;
+  if (l.api.cuFuncGetAttribute != nullptr &&
+      l.api.cuFuncGetAttribute(&allowed, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                               function) == CUDA_SUCCESS &&
+      allowed == 0) {
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+           what + ": " + std::to_string(size) +
+               " blocks per cluster, but 8 is the portable limit and the kernel does not allow "
+               "more (set CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED to 1 first)");
+  }
+  if (l.api.cuOccupancyMaxActiveClusters == nullptr) return;
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim = {c.x, c.y, c.z};
+  CUlaunchConfig query{};
+  query.gridDimX = g.x, query.gridDimY = g.y, query.gridDimZ = g.z;
+  query.blockDimX = config.block.x, query.blockDimY = config.block.y;
+  query.blockDimZ = config.block.z;
+  query.sharedMemBytes = static_cast<unsigned>(config.shared_bytes);
+  query.hStream = stream.handle();
+  query.attrs = &attribute;
+  query.numAttrs = 1;
+  int clusters = 0;
+  std::optional<ContextScope> scope;
+  enter_stream_context(scope, stream);
+  const CUresult r = l.api.cuOccupancyMaxActiveClusters(&clusters, function, &query);
+  if (r != CUDA_SUCCESS || clusters == 0) {
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+           what + ": the device cannot schedule a cluster of " + std::to_string(size) +
+               " blocks of " + dims_text(config.block) + " threads of this kernel " +
+               (r != CUDA_SUCCESS
+                    ? std::string("(cuOccupancyMaxActiveClusters failed: ") + result_name(r) + ")"
+                    : std::string("(cuOccupancyMaxActiveClusters: 0)")));
+  }
+}
+
+[[gnu::cold]] void refuse_cooperative(const StreamRef& stream, CUfunction function,
+                                      const std::string& kernel, const LaunchConfig& config,
+                                      unsigned long long blocks, int per_sm, int sms) {
+  refuse(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, stream, function, kernel,
+         "a cooperative grid of " + std::to_string(blocks) + " blocks (" + dims_text(config.grid) +
+             ") exceeds the " + std::to_string(static_cast<long long>(per_sm) * sms) +
+             " blocks the device can run at once: " + std::to_string(per_sm) + " per SM of " +
+             dims_text(config.block) + " threads and " + std::to_string(config.shared_bytes) +
+             " bytes of dynamic shared memory (cuOccupancyMaxActiveBlocksPerMultiprocessor) "
+             "times " +
+             std::to_string(sms) + " SMs");
+}
+
+void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+                       CUfunction function, const LaunchConfig& config, const std::string& kernel) {
+  check_version(l, kCooperative, stream, function, kernel);
+  if (caps == nullptr) return;  // a special handle: the driver checks
+  if (!caps->cooperative_launch) {
+    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+           "a cooperative launch, but the device cannot (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH "
+           "is 0)");
+  }
+  if (l.api.cuOccupancyMaxActiveBlocksPerMultiprocessor == nullptr) return;
+  const unsigned long long threads = 1ull * config.block.x * config.block.y * config.block.z;
+  int per_sm = 0;
+  CUresult r;
+  {
+    std::optional<ContextScope> scope;
+    enter_stream_context(scope, stream);
+    r = l.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, function, static_cast<int>(threads), config.shared_bytes);
+  }
+  if (r != CUDA_SUCCESS) {
+    fail<&DriverApi::cuOccupancyMaxActiveBlocksPerMultiprocessor>(
+        r, {Subject::What::stream, stream.handle(), stream.device_id()},
+        kernel_text(function, kernel) + ": the occupancy of a cooperative launch of " +
+            dims_text(config.block) + " threads");
+  }
+  const unsigned long long blocks = 1ull * config.grid.x * config.grid.y * config.grid.z;
+  if (blocks > 1ull * static_cast<unsigned>(per_sm) * static_cast<unsigned>(caps->sm_count)) {
+    refuse_cooperative(stream, function, kernel, config, blocks, per_sm, caps->sm_count);
+  }
+}
+
+[[noreturn, gnu::cold]] void launch_failed(CUresult r, const StreamRef& stream, CUfunction function,
+                                           const LaunchConfig& config, const std::string& kernel) {
+  std::string why = kernel_text(function, kernel) + ", grid " + dims_text(config.grid) +
+                    ", block " + dims_text(config.block) + ", " +
+                    std::to_string(config.shared_bytes) + " bytes of shared memory";
+  if (config.cluster) why += ", clusters of " + dims_text(*config.cluster);
+  if (config.cooperative) why += ", cooperative";
+  if (config.priority) why += ", priority " + std::to_string(*config.priority);
+  if (config.programmatic_serialization) why += ", programmatic stream serialization";
+  if (config.programmatic_event) {
+    why += ", programmatic event " + pointer_text(config.programmatic_event->event);
+  }
+  if (config.mem_sync_domain) {
+    why += ", memory synchronization domain " +
+           std::to_string(static_cast<int>(*config.mem_sync_domain));
+  }
+  throw_stream_error(r, "cuLaunchKernelEx", stream, std::move(why));
+}
+
+}  // namespace
+
+void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
+                        void** params, const std::string& kernel) {
+  const Loaded& l = loaded();
+  const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(l.api);  // an older driver: say so
+  CUlaunchAttribute attributes[6];
+  unsigned count = 0;
+  if (config.cluster || config.cooperative) {  // checks that need what the device can do
+    const int device = stream.is_special() ? -1 : stream.device_id();
+    const DeviceCaps* caps = device >= 0 ? &caps_cache().get(l, device) : nullptr;
+    if (config.cluster) {
+      check_cluster(l, caps, stream, function, config, kernel);
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attributes[count++].value.clusterDim = {config.cluster->x, config.cluster->y,
+                                              config.cluster->z};
+    }
+    if (config.cooperative) {
+      check_cooperative(l, caps, stream, function, config, kernel);
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attributes[count++].value.cooperative = 1;
+    }
+  }
+  if (config.priority) {
+    check_version(l, kPriority, stream, function, kernel);
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    attributes[count++].value.priority = *config.priority;
+  }
+  if (config.programmatic_serialization) {
+    check_version(l, kProgrammaticSerialization, stream, function, kernel);
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (config.programmatic_event) {
+    check_version(l, kProgrammaticEvent, stream, function, kernel);
+    if (config.programmatic_event->event == nullptr) {
+      refuse(CUDA_ERROR_INVALID_VALUE, stream, function, kernel,
+             "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT with a null event");
+    }
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    attributes[count].value.programmaticEvent.event = config.programmatic_event->event;
+    attributes[count].value.programmaticEvent.flags = 0;
+    attributes[count++].value.programmaticEvent.triggerAtBlockStart =
+        config.programmatic_event->trigger_at_block_start ? 1 : 0;
+  }
+  if (config.mem_sync_domain) {
+    check_version(l, kMemSyncDomain, stream, function, kernel);
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    attributes[count++].value.memSyncDomain = *config.mem_sync_domain;
+  }
+  CUlaunchConfig c{};
+  c.gridDimX = config.grid.x, c.gridDimY = config.grid.y, c.gridDimZ = config.grid.z;
+  c.blockDimX = config.block.x, c.blockDimY = config.block.y, c.blockDimZ = config.block.z;
+  c.sharedMemBytes = static_cast<unsigned>(config.shared_bytes);
+  c.hStream = stream.handle();
+  c.attrs = count > 0 ? attributes : nullptr;
+  c.numAttrs = count;
+  const CUresult r = launch_ex(&c, function, params, nullptr);
+  if (r != CUDA_SUCCESS) launch_failed(r, stream, function, config, kernel);
+}
+
+}  // namespace custream::detail

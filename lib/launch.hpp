@@ -1,0 +1,25 @@
+// Launches with a configuration (cuLaunchKernelEx) shared by Kernel and LibraryKernel, and the
+// argument check of typed launches. Internal. Design: docs/design/libraries.md, invariants 6-7.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+#include "custream/launch_config.hpp"
+#include "custream/stream_ref.hpp"
+
+namespace custream::detail {
+
+/// Launches `function` on `stream` with `config` (one cuLaunchKernelEx) after the checks of
+/// invariant 7. `kernel` names it in errors ("kernel \"axpy\"").
+/// @throws Error naming the kernel, the attribute and the limit when a check refuses (the
+/// driver is not called), or the driver's error naming the kernel, stream and configuration.
+void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
+                        void** params, const std::string& kernel);
+
+/// "axb x c" for an error message.
+std::string dims_text(Dim3 d);
+
+}  // namespace custream::detail
