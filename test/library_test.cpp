@@ -17,7 +17,10 @@
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/graph.hpp"
+#include "custream/kernel.hpp"
+#include "custream/launch_config.hpp"
 #include "custream/library_kernel.hpp"
+#include "custream/module.hpp"
 #include "custream/sm_resource.hpp"
 #include "custream/stream.hpp"
 #include "emu/emu_control.h"
@@ -280,4 +283,199 @@ TEST_CASE("library errors: bad images, files, empty handles; kernels keep the li
   noop.launch(s, {1}, {1}, 0);
   s.synchronize();
   std::remove(path.c_str());
+}
+
+namespace {
+// The kernel node's library must outlive the library's handles: on the emulator, the objects
+// the driver holds (a loaded library is some) are counted.
+long live_objects() { return custream_test::emulated() ? custream_test::emu_live_objects() : 0; }
+}  // namespace
+
+TEST_CASE("a graph holds the libraries of its kernels; unload() refuses while one needs it",
+          "[library][graph][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  register_add();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), Device(0));
+  s.memset32(cell.get(), 0, 1);
+  s.synchronize();
+  const long before = live_objects();
+  custream::Graph g;
+  {
+    const Library lib = Library::from_ptx(ptx(7), LibraryCache::bypass);
+    const LibraryKernel add = lib.kernel("library_add");
+    s.begin_capture();
+    add.launch(s, {1}, {1}, 0, cell.get(), 3);
+    g = s.end_capture();
+  }  // every handle gone: the graph keeps the code loaded
+  if (custream_test::emulated()) CHECK(live_objects() > before);
+  for (int i = 0; i < 3; ++i) g.launch(s);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 9);
+  g = custream::Graph();  // the last holder: unloaded now
+  if (custream_test::emulated()) CHECK(live_objects() == before);
+
+  // A captured launch through a special handle (the CUkernel itself) is traced too.
+  {
+    Device(0).make_current();
+    const Library lib = Library::from_ptx(ptx(8), LibraryCache::bypass);
+    const Stream per_thread = Stream::per_thread();
+    s.memset32(cell.get(), 0, 1);
+    s.synchronize();
+    custream::Graph traced;
+    {
+      const LibraryKernel add = lib.kernel("library_add");
+      per_thread.begin_capture();
+      add.launch(per_thread, {1}, {1}, 0, cell.get(), 4);
+      traced = per_thread.end_capture();
+    }
+    Library copy = lib;
+    // Refused while the graph needs it, and while other references exist.
+    expect_error([&] { copy.unload(); }, CUDA_ERROR_NOT_PERMITTED, "1 graph(s)");
+    traced.launch(s);
+    s.copy(&host, cell.get(), sizeof host);
+    s.synchronize();
+    CHECK(host == 4);
+    traced = custream::Graph();
+    expect_error([&] { copy.unload(); }, CUDA_ERROR_NOT_PERMITTED, "1 other reference(s)");
+  }
+
+  // unload() with nothing else referring: the code is gone now and the handle empty.
+  Library lone = Library::from_ptx(ptx(9));  // cached: the cache's reference is dropped too
+  const std::size_t cached = Library::cached_count();
+  const long loaded = live_objects();
+  lone.unload();
+  CHECK_FALSE(lone);
+  CHECK(lone.handle() == nullptr);
+  CHECK(Library::cached_count() == cached - 1);
+  if (custream_test::emulated()) CHECK(live_objects() < loaded);
+  expect_error([&] { lone.unload(); }, CUDA_ERROR_INVALID_HANDLE, "empty");
+  CHECK(Library::from_ptx(ptx(9)) != Library());  // loads again
+}
+
+TEST_CASE("typed library launches are checked against the kernel's parameters", "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  if (custream::detail::api().cuKernelGetParamInfo == nullptr) {
+    CUSTREAM_SKIP("the driver cannot report parameters (CUDA 12.4)");
+  }
+  register_add();
+  const Library lib = Library::from_ptx(ptx(10), LibraryCache::bypass);
+  const LibraryKernel add = lib.kernel("library_add");
+  const LibraryKernel noop = lib.kernel("library_noop");
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), s);
+  s.memset32(cell.get(), 1, 1);
+  expect_error([&] { add.launch(s, {1}, {1}, 0, cell.get()); }, CUDA_ERROR_INVALID_VALUE,
+               "the kernel has 2 parameter(s), the launch gave 1 argument(s)");
+  expect_error([&] { add.launch(s, {1}, {1}, 0, cell.get(), std::int64_t{1}); },
+               CUDA_ERROR_INVALID_VALUE, "argument 1 has 8 bytes, parameter 1 takes 4");
+  expect_error([&] { noop.launch(s, {1}, {1}, 0, 1); }, CUDA_ERROR_INVALID_VALUE,
+               "its parameters take no bytes");
+  expect_error([&] { add.launch(s, custream::LaunchConfig({1}, {1}), cell.get()); },
+               CUDA_ERROR_INVALID_VALUE, "launch gave 1");
+  // Refused before the driver: a capture goes on, valid.
+  s.begin_capture();
+  expect_error([&] { add.launch(s, {1}, {1}, 0, std::int32_t{0}, 1); }, CUDA_ERROR_INVALID_VALUE,
+               "argument 0 has 4 bytes, parameter 0 takes 8");
+  add.launch(s, {1}, {1}, 0, cell.get(), 2);
+  custream::Graph g = s.end_capture();
+  g.launch(s);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 3);
+  // launch_raw is not checked: the pointers' sizes are unknown.
+  std::int32_t value = 5;
+  CUdeviceptr p = cell.get();
+  void* params[] = {&p, &value};
+  add.launch_raw(s, {1}, {1}, 0, params);
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 8);
+}
+
+TEST_CASE("library launches with attributes, checked before the driver", "[library][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  if (custream::detail::api().cuLaunchKernelEx == nullptr) CUSTREAM_SKIP("no cuLaunchKernelEx");
+  register_add();
+  const Library lib = Library::from_ptx(ptx(11), LibraryCache::bypass);
+  const LibraryKernel add = lib.kernel("library_add");
+  const LibraryKernel noop = lib.kernel("library_noop");
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), s);
+  s.memset32(cell.get(), 0, 1);
+
+  custream::LaunchConfig config({1}, {1});
+  config.priority = -1;
+  config.mem_sync_domain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+  config.programmatic_serialization = true;
+  config.cluster = custream::Dim3{1};
+  add.launch(s, config, cell.get(), 6);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 6);
+
+  // Clusters: two blocks per cluster on a grid of four; dimensions that do not divide the grid,
+  // or a zero, are refused by custream, so a capture goes on valid.
+  custream::LaunchConfig clusters({4}, {32});
+  clusters.cluster = custream::Dim3{2};
+  noop.launch(s, clusters);
+  s.begin_capture();
+  clusters.cluster = custream::Dim3{3};
+  expect_error([&] { noop.launch(s, clusters); }, CUDA_ERROR_INVALID_CLUSTER_SIZE,
+               "cluster dimensions 3x1x1 do not divide the grid 4x1x1");
+  clusters.cluster = custream::Dim3{0};
+  expect_error([&] { noop.launch(s, clusters); }, CUDA_ERROR_INVALID_CLUSTER_SIZE, "at least 1");
+  add.launch(s, config, cell.get(), 1);
+  custream::Graph g = s.end_capture();
+  g.launch(s);
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 7);
+
+  // More than 8 blocks per cluster needs the kernel's permission.
+  custream::LaunchConfig big({16}, {32});
+  big.cluster = custream::Dim3{16};
+  if (noop.attribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 0) == 0) {
+    expect_error([&] { noop.launch(s, big); }, CUDA_ERROR_INVALID_CLUSTER_SIZE,
+                 "8 is the portable limit");
+  }
+  noop.set_attribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, 0);
+  noop.launch(s, big);  // the H200 schedules clusters of 16
+  big.grid = custream::Dim3{32};
+  big.cluster = custream::Dim3{32};
+  expect_error([&] { noop.launch(s, big); }, CUDA_ERROR_INVALID_CLUSTER_SIZE,
+               "cannot schedule a cluster of 32 blocks");
+
+  // Cooperative: exactly the device's co-resident blocks pass, one more is refused, naming the
+  // limit.
+  const auto& api = custream::detail::api();
+  const CUfunction f = noop.function(Device(0).primary_context());
+  int per_sm = 0;
+  REQUIRE(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 256, 0) == CUDA_SUCCESS);
+  const int sms = Device(0).attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  REQUIRE(per_sm > 0);
+  custream::LaunchConfig cooperative({static_cast<unsigned>(per_sm * sms)}, {256});
+  cooperative.cooperative = true;
+  noop.launch(s, cooperative);
+  cooperative.grid = custream::Dim3{static_cast<unsigned>(per_sm * sms + 1)};
+  expect_error([&] { noop.launch(s, cooperative); }, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+               "exceeds the " + std::to_string(per_sm * sms) + " blocks the device can run");
+  s.synchronize();
+
+  // A module's kernel takes the same configurations.
+  const custream::Module m = custream::Module::from_ptx(ptx(12), Device(0).primary_context());
+  const custream::Kernel module_add = m.kernel("library_add");
+  module_add.launch(s, config, cell.get(), 3);
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 10);
+  expect_error([&] { m.kernel("library_noop").launch(s, clusters); },
+               CUDA_ERROR_INVALID_CLUSTER_SIZE, "at least 1");
 }

@@ -182,6 +182,7 @@ bool attribute_value(CUdevice_attribute a, CUdevice dev, int* v) {
       *v = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:  // compute capability 9.0, as the H200
       *v = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
