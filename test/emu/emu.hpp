@@ -46,9 +46,9 @@
 //     a graph holds the launch, is safe. A launch of a library's kernel holds a weak reference
 //     to the library's liveness token: cuGraphLaunch of an executable that holds such a launch
 //     after the library was unloaded answers CUDA_ERROR_INVALID_HANDLE (the H200 may crash).
-//     It keeps the handles of the function, kernel and context it was launched with as values
-//     for cuGraphKernelNodeGetParams to hand back (stale after an unload, as a driver's are),
-//     never dereferenced.
+//     It keeps the handles of the function launched, of its library's kernel and of the
+//     stream's context as values for cuGraphKernelNodeGetParams to hand back (stale after an
+//     unload, as a driver's are), never dereferenced.
 #pragma once
 
 #include <cuda.h>

@@ -439,23 +439,18 @@ CUresult kernel_get_attribute(int* pi, CUfunction_attribute attrib, CUkernel h, 
 }
 
 // A library's function answers its kernel's attributes on the function's device, as
-// cuKernelGetAttribute does; a CUkernel cast to a CUfunction, on the current context's device.
-// A module's function has no settable attributes here (no cuFuncSetAttribute): the defaults, so
-// 48 KiB less its static shared memory of dynamic shared memory, as the H200 answers (its
-// launches, though, may take up to 227 KiB here).
+// cuKernelGetAttribute does (also once cuKernelSetAttribute set them: the H200). A CUkernel cast
+// to a CUfunction is no function here (the H200: INVALID_HANDLE). A module's function has no
+// settable attributes here (no cuFuncSetAttribute): the defaults, so 48 KiB less its static
+// shared memory of dynamic shared memory, as the H200 answers (its launches, though, may take up
+// to 227 KiB here).
 CUresult func_get_attribute(int* pi, CUfunction_attribute attrib, CUfunction h) {
   EMU_ENTER("cuFuncGetAttribute");
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(state().mu);
-  Function* f = nullptr;
-  Kernel* k = nullptr;
-  if (CUresult r = function_or_kernel(h, &f, &k)) return r;
+  if (!valid(functions(), h)) return CUDA_ERROR_INVALID_HANDLE;
+  const auto* f = reinterpret_cast<const Function*>(h);
   const int id = enum_value(attrib);
-  if (k) {
-    Context* c = nullptr;
-    if (CUresult r = usable_current_context(&c)) return r;
-    return kernel_attribute(k, c->device, id, pi);
-  }
   if (f->kernel) return kernel_attribute(f->kernel, f->module->ctx->device, id, pi);
   return attribute_value(id, f->static_shared, f->module->ptx ? f->module->ptx_version : 0,
                          default_attributes(f->static_shared), pi);

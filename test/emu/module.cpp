@@ -38,8 +38,9 @@ struct KernelLaunch {
   // passed none), and pointers to each, the kernelParams of cuGraphKernelNodeGetParams.
   std::vector<std::vector<unsigned char>> args;
   std::vector<void*> arg_pointers;
-  // The handles launched with, as values only (invariant 11): the function (a CUkernel's
-  // function in the stream's context), the CUkernel when one was launched, the stream's context.
+  // The handles of the launch, as values only (invariant 11), as the H200 reports them: the
+  // function (a CUkernel's function in the stream's context), the library's CUkernel of that
+  // function (also when the launch named the function), the stream's context.
   CUfunction func = nullptr;
   CUkernel kern = nullptr;
   CUcontext ctx = nullptr;
@@ -588,7 +589,7 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
   std::memcpy(k->block, q.block, sizeof k->block);
   k->shared_bytes = q.shared;
   k->func = reinterpret_cast<CUfunction>(f);
-  k->kern = reinterpret_cast<CUkernel>(kernel);
+  k->kern = reinterpret_cast<CUkernel>(f->kernel);
   k->ctx = reinterpret_cast<CUcontext>(st->ctx);
   if (f->module->library) {
     k->of_library = true;
@@ -661,9 +662,9 @@ CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** par
 
 // ---- occupancy ----
 
-// blocks_per_sm for a function, or a CUkernel's function in the current context (cuda.h). A
-// block size the occupancy calculator refuses (none, or negative) is INVALID_VALUE; one over
-// 1,024 threads fits no block (0), as cuda_occupancy.h answers.
+// blocks_per_sm for a function, or a CUkernel's function in the current context (cuda.h). As on
+// the H200: a current context is needed also for a function; a block size of none (or negative)
+// is INVALID_VALUE; one over 1,024 threads fits no block (0).
 CUresult occupancy_max_active_blocks(int* n, CUfunction hf, int block_size, size_t dynamic_shared) {
   EMU_ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
   if (!n) return CUDA_ERROR_INVALID_VALUE;
@@ -671,9 +672,9 @@ CUresult occupancy_max_active_blocks(int* n, CUfunction hf, int block_size, size
   Function* f = nullptr;
   Kernel* kernel = nullptr;
   if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
+  Context* c = nullptr;
+  if (CUresult r = usable_current_context(&c)) return r;
   if (kernel) {
-    Context* c = nullptr;
-    if (CUresult r = usable_current_context(&c)) return r;
     if (CUresult r = kernel_function(kernel, c, &f)) return r;
   }
   if (block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -682,13 +683,15 @@ CUresult occupancy_max_active_blocks(int* n, CUfunction hf, int block_size, size
   return CUDA_SUCCESS;
 }
 
-// The clusters of the configuration's size that fit on the device at once. The configuration is
-// checked as a launch of it would be (cluster dimensions dividing the grid, at most 8 blocks or
-// 16 non-portable, a block and shared memory the function takes), with the kernel's required
-// cluster dimensions when the configuration names none (neither: INVALID_CLUSTER_SIZE). The
-// model: a cluster's blocks spread over as many SMs, so floor(SMs / cluster size) groups of SMs
-// each hold the occupancy's number of clusters. A GPU's topology (GPCs of 16 to 18 SMs on the
-// H200) may allow fewer.
+// The clusters of the configuration's size that fit on the device at once, with the kernel's
+// required cluster dimensions when the configuration names none. As on the H200: no cluster size
+// at all, or one over 16 blocks (the hardware's largest) once the kernel allows a non-portable
+// size, is 0 clusters; a cluster that does not divide the grid, or of over 8 blocks without that
+// attribute, INVALID_CLUSTER_SIZE; the rest of the configuration is checked as a launch's. The
+// model: a cluster's blocks on as many SMs, so floor(SMs / cluster size) groups of SMs, each
+// holding the occupancy's number of clusters. It is an upper bound: the H200's GPCs (at most 18
+// SMs, varying from chip to chip) allow fewer (for 2, 8 and 16 blocks of 128, 1,024 and 1,024
+// threads it answered 528, 30 and 14 where this answers 1,056, 32 and 16).
 CUresult occupancy_max_active_clusters(int* n, CUfunction hf, const CUlaunchConfig* config) {
   EMU_ENTER("cuOccupancyMaxActiveClusters");
   if (!n || !config) return CUDA_ERROR_INVALID_VALUE;
@@ -718,10 +721,23 @@ CUresult occupancy_max_active_clusters(int* n, CUfunction hf, const CUlaunchConf
       }
     }
   }
-  if (!o.cluster[0] && !o.cluster[1] && !o.cluster[2]) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  const unsigned cluster[3] = {o.cluster[0], o.cluster[1], o.cluster[2]};
+  const bool none = !cluster[0] && !cluster[1] && !cluster[2];
+  unsigned long long size = 1;
+  if (!none) {
+    for (int d = 0; d < 3; ++d) {
+      if (!cluster[d] || q.grid[d] % cluster[d]) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+      size *= cluster[d];
+    }
+    if (size > 8 && !(f->kernel && kernel_attributes(f->kernel, dev).non_portable_cluster))
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  o.cluster[0] = o.cluster[1] = o.cluster[2] = 0;  // checked above
   if (CUresult r = check_launch(*f, q, o, dev)) return r;
-  const unsigned long long size =
-      static_cast<unsigned long long>(o.cluster[0]) * o.cluster[1] * o.cluster[2];
+  if (none || size > 16) {
+    *n = 0;
+    return CUDA_SUCCESS;
+  }
   const unsigned long long threads =
       static_cast<unsigned long long>(q.block[0]) * q.block[1] * q.block[2];
   *n = static_cast<int>(device_sm_count(dev) / size * blocks_per_sm(*f, threads, q.shared, dev));

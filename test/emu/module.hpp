@@ -120,7 +120,7 @@ struct Library {
 /// The registered functions (guarded by State::mu; process lifetime).
 std::unordered_set<const void*>& functions();
 /// What a CUfunction handle names: one of the emulator's functions (*f set) or a CUkernel cast
-/// to one (*k set; cuda.h: the launch, occupancy and attribute calls take one for its function
+/// to one (*k set; cuda.h: the launch and occupancy calls take one for its function
 /// in a context), else CUDA_ERROR_INVALID_HANDLE.
 CUresult function_or_kernel(CUfunction h, Function** f, Kernel** k);
 /// The function `name` of module m, made on first use (nullptr: not in the PTX).
