@@ -12,7 +12,6 @@
 #include "custream/error.hpp"
 #include "driver.hpp"
 #include "error.hpp"
-#include "result_names.hpp"
 
 namespace custream::detail {
 
@@ -142,11 +141,14 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   if (size <= 8) return;  // portable: every device that launches clusters can
   // Larger clusters need the kernel's permission and the device's room: ask the driver what it
   // can co-schedule (rare sizes only, so the common launch makes no query).
-  int allowed = 0;
-  if (l.api.cuFuncGetAttribute != nullptr &&
-      l.api.cuFuncGetAttribute(&allowed, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                               function) == CUDA_SUCCESS &&
-      allowed == 0) {
+  const Subject subject{Subject::What::stream, stream.handle(), stream.device_id()};
+  int allowed = 1;
+  // A special handle's launch passes a CUkernel, which cuFuncGetAttribute does not take.
+  if (l.api.cuFuncGetAttribute != nullptr && !stream.is_special()) {
+    call<&DriverApi::cuFuncGetAttribute>(
+        subject, &allowed, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, function);
+  }
+  if (allowed == 0) {
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
            what + ": " + std::to_string(size) +
                " blocks per cluster, but 8 is the portable limit and the kernel does not allow "
@@ -167,14 +169,12 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   int clusters = 0;
   std::optional<ContextScope> scope;
   enter_stream_context(scope, stream);
-  const CUresult r = l.api.cuOccupancyMaxActiveClusters(&clusters, function, &query);
-  if (r != CUDA_SUCCESS || clusters == 0) {
+  call<&DriverApi::cuOccupancyMaxActiveClusters>(subject, &clusters, function, &query);
+  if (clusters == 0) {  // the H200's answer for a cluster it cannot place
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
            what + ": the device cannot schedule a cluster of " + std::to_string(size) +
-               " blocks of " + dims_text(config.block) + " threads of this kernel " +
-               (r != CUDA_SUCCESS
-                    ? std::string("(cuOccupancyMaxActiveClusters failed: ") + result_name(r) + ")"
-                    : std::string("(cuOccupancyMaxActiveClusters: 0)")));
+               " blocks of " + dims_text(config.block) +
+               " threads of this kernel (cuOccupancyMaxActiveClusters: 0)");
   }
 }
 

@@ -159,12 +159,14 @@ Subject library_subject(CUlibrary library) noexcept {
   return {Subject::What::library, library, -1};
 }
 
-std::unique_ptr<KernelState> make_state(CUkernel kernel, std::string name, int devices) {
+std::unique_ptr<KernelState> make_state(LibraryOwner& owner, CUkernel kernel, std::string name,
+                                        int devices) {
   auto state = std::make_unique<KernelState>();
   state->kernel = kernel;
   state->name = std::move(name);
   state->primary = std::make_unique<std::atomic<CUfunction>[]>(devices > 0 ? devices : 1);
   for (int i = 0; i < devices; ++i) state->primary[i].store(nullptr, std::memory_order_relaxed);
+  state->bind(&owner);
   return state;
 }
 
@@ -184,7 +186,7 @@ void enumerate(LibraryOwner& owner, const Loaded& l) {
   for (CUkernel k : kernels) {
     const char* name = nullptr;
     call<&DriverApi::cuKernelGetName>(subject, &name, k);
-    owner.kernels.push_back(make_state(k, name != nullptr ? name : "", l.device_count));
+    owner.kernels.push_back(make_state(owner, k, name != nullptr ? name : "", l.device_count));
     register_handle(&owner, k);
     owner.names.push_back(owner.kernels.back()->name);
     owner.by_name.emplace(owner.names.back(), owner.kernels.back().get());
@@ -364,12 +366,22 @@ const std::vector<std::string>& Library::kernel_names() const {
   return owner.names;
 }
 
-LibraryKernel Library::kernel(const std::string& name) const {
+Library Library::uncounted(detail::LibraryOwner* owner) noexcept {
+  Library library;
+  library.owner_ = detail::Shared<detail::LibraryOwner>(owner);  // adopts no reference
+  return library;
+}
+
+LibraryKernel Library::kernel(const std::string& name) && {
+  return static_cast<const Library&>(*this).kernel(name);
+}
+
+const LibraryKernel& Library::kernel(const std::string& name) const& {
   if (!owner_) refuse_empty("cuLibraryGetKernel");
   detail::LibraryOwner& owner = *owner_.get();
   if (owner.enumerated) {  // immutable since the load: no lock (invariant 2)
     if (auto it = owner.by_name.find(name); it != owner.by_name.end()) {
-      return LibraryKernel(it->second, *this);
+      return it->second->handle;
     }
     std::string known;
     for (const std::string& n : owner.names) known += (known.empty() ? "" : ", ") + n;
@@ -388,10 +400,10 @@ LibraryKernel Library::kernel(const std::string& name) const {
       detail::fail<&DriverApi::cuLibraryGetKernel>(r, detail::library_subject(owner.library),
                                                    "kernel \"" + name + "\"");
     }
-    slot = detail::make_state(k, name, detail::loaded().device_count);
+    slot = detail::make_state(owner, k, name, detail::loaded().device_count);
     detail::register_handle(&owner, k);
   }
-  return LibraryKernel(slot.get(), *this);
+  return slot->handle;
 }
 
 void Library::preload(const Context& context) const {
@@ -401,7 +413,7 @@ void Library::preload(const Context& context) const {
     detail::entry<&DriverApi::cuLibraryGetKernelCount>(detail::api());  // names the driver
   }
   for (const auto& state : owner.kernels) {
-    (void)LibraryKernel(state.get(), *this).function(context);
+    (void)state->handle.function(context);
   }
 }
 

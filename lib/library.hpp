@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "custream/library_kernel.hpp"
 #include "shared.hpp"
 
 namespace custream {
@@ -24,6 +25,15 @@ namespace custream::detail {
 /// A kernel of a library: its CUkernel, name, its function in each device's primary context
 /// once resolved (invariant 3), and its parameters' sizes once asked (invariant 6).
 struct KernelState {
+  KernelState() = default;
+  KernelState(const KernelState&) = delete;
+  KernelState& operator=(const KernelState&) = delete;
+  ~KernelState() { handle.forget_uncounted(); }
+  /// Makes `handle` this kernel of `owner`'s library, uncounted; the last step of making one.
+  void bind(LibraryOwner* owner) noexcept {
+    handle = LibraryKernel(this, Library::uncounted(owner));
+  }
+
   CUkernel kernel = nullptr;
   std::string name;
   /// Per device ordinal: the function in that device's primary context, or null until the
@@ -36,6 +46,11 @@ struct KernelState {
   std::atomic<Params> params{Params::unasked};
   std::mutex params_mutex;
   std::vector<std::size_t> param_sizes;  // immutable once params is known
+
+  /// This kernel as a handle whose library reference is not counted (it lives inside the
+  /// library): Library::kernel returns a reference to it, so a lookup counts nothing; copies
+  /// of it count as usual. The destructor lets go of it uncounted.
+  LibraryKernel handle;
 };
 
 /// A 64-bit hash of `bytes` bytes, eight at a time: the cache's key of an image.

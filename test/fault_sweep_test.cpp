@@ -69,6 +69,7 @@
 #include "custream/graph.hpp"
 #include "custream/host_function.hpp"
 #include "custream/kernel.hpp"
+#include "custream/launch_config.hpp"
 #include "custream/library.hpp"
 #include "custream/library_kernel.hpp"
 #include "custream/module.hpp"
@@ -887,6 +888,42 @@ std::vector<Operation> operations() {
     }
     expect(k.attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0) > 0, "an attribute");
     k.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0, 0);
+  });
+  add("libraries: launch attributes, argument checks, a graph holding its library, unload", [] {
+    const char* const ptx =
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .entry sweep_take(\n  .param .u64 p\n)\n{\n  ret;\n}\n";
+    Stream s(custream::Device(0), custream::StreamFlags::non_blocking);
+    custream::Graph graph;
+    {
+      custream::Library lib = custream::Library::from_ptx(ptx, custream::LibraryCache::bypass);
+      const custream::LibraryKernel& k = lib.kernel("sweep_take");
+      const CUdeviceptr p = 0;
+      custream::LaunchConfig config(custream::Dim3{4}, custream::Dim3{32});
+      config.cluster = custream::Dim3{2};
+      config.priority = 0;
+      k.launch(s, config, p);
+      config.cluster = custream::Dim3{16};
+      config.grid = custream::Dim3{16};
+      k.set_attribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, 0);
+      k.launch(s, config, p);  // asks the driver whether clusters of 16 fit
+      custream::LaunchConfig cooperative(custream::Dim3{2}, custream::Dim3{32});
+      cooperative.cooperative = true;
+      k.launch(s, cooperative, p);
+      try {
+        k.launch(s, {1}, {1}, 0, 1);  // refused: an int for a pointer
+        throw std::logic_error("a wrong argument size was launched");
+      } catch (const custream::Error& e) {
+        if (e.result() != CUDA_ERROR_INVALID_VALUE) throw;
+      }
+      custream::CaptureScope capture(s);
+      k.launch(s, {1}, {1}, 0, p);
+      graph = capture.end();
+      custream::Library other = custream::Library::from_ptx(ptx, custream::LibraryCache::bypass);
+      other.unload();
+    }
+    graph.launch(s);  // the graph keeps the library loaded
+    s.synchronize();
   });
   add("errors: the driver's description of a failed call", [] {
     try {

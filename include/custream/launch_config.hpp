@@ -60,7 +60,8 @@ struct LaunchConfig {
 
   /// A launch of `grid` blocks of `block` threads with `shared_bytes` of dynamic shared memory
   /// and no attributes yet.
-  LaunchConfig(Dim3 grid_ = {}, Dim3 block_ = {}, std::size_t shared_bytes_ = 0) noexcept
+  /// Explicit, so that a launch's grid is never taken for a configuration.
+  explicit LaunchConfig(Dim3 grid_ = {}, Dim3 block_ = {}, std::size_t shared_bytes_ = 0) noexcept
       : grid(grid_), block(block_), shared_bytes(shared_bytes_) {}
 };
 

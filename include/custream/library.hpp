@@ -20,6 +20,8 @@ class LibraryKernel;
 namespace detail {
 /// Shared ownership of a loaded library and of its kernels' per-context functions.
 struct LibraryOwner;
+/// A kernel of a library (lib/library.hpp).
+struct KernelState;
 }  // namespace detail
 
 /// Whether a load may use the process-wide cache of loaded images (Library::from_ptx, …).
@@ -70,11 +72,16 @@ class Library {
   /// How many libraries the cache holds.
   static std::size_t cached_count() noexcept;
 
-  /// The kernel `name` (its mangled name for C++ kernels not declared extern "C"). After the
-  /// first call for a name, a lookup without a driver call or a lock.
+  /// The kernel `name` (its mangled name for C++ kernels not declared extern "C"): a hash
+  /// lookup without a driver call, a lock or a reference count (with a driver of CUDA 12.4 or
+  /// newer; an older one is asked once per name). The reference is valid while this Library
+  /// is; a copy of it (`LibraryKernel k = lib.kernel("f");`) keeps the library loaded.
   /// @throws Error (CUDA_ERROR_NOT_FOUND) naming the kernel and listing the library's kernels;
   /// Error (CUDA_ERROR_INVALID_HANDLE) for an empty Library.
-  LibraryKernel kernel(const std::string& name) const;
+  const LibraryKernel& kernel(const std::string& name) const&;
+  /// The kernel `name` of a temporary Library, as a copy that keeps the library loaded.
+  /// @throws as above.
+  LibraryKernel kernel(const std::string& name) &&;
   /// The names of its kernels, in the driver's order.
   const std::vector<std::string>& kernel_names() const;
 
@@ -117,6 +124,10 @@ class Library {
 
  private:
   friend class LibraryKernel;
+  friend struct detail::KernelState;
+  /// A Library that refers to `owner` without counting (a LibraryKernel the owner keeps of
+  /// each kernel, so that a lookup returns a reference; it lets go of it uncounted).
+  static Library uncounted(detail::LibraryOwner* owner) noexcept;
   static Library load(const void* image, std::size_t bytes, LibraryCache cache, const char* what);
 
   detail::Shared<detail::LibraryOwner> owner_;

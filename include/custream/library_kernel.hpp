@@ -107,8 +107,11 @@ class LibraryKernel {
 
  private:
   friend class Library;
+  friend struct detail::KernelState;
   LibraryKernel(detail::KernelState* state, Library library) noexcept
       : state_(state), library_(std::move(library)) {}
+  /// Drops the library without counting (the owner's own, uncounted kernel handles).
+  void forget_uncounted() noexcept { (void)library_.owner_.detach(); }
   /// The function for `stream` (cached per device for primary contexts). @throws Error.
   CUfunction function_for(const StreamRef& stream) const;
   /// Checks `count` arguments of `sizes` bytes against the parameters. @throws Error.
