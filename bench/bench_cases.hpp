@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness.hpp"
@@ -30,6 +31,16 @@ void add_context_cases(std::vector<Case>& cases);
 /// A launch through a library kernel, a kernel lookup by name, and a library cache hit against
 /// the driver load it saves (docs/performance.md). Device 0.
 void add_library_cases(std::vector<Case>& cases);
+
+/// Throws custream::Error naming `what` unless `r` is CUDA_SUCCESS (the raw variants' check).
+void check(CUresult r, const char* what);
+
+/// The kernels of the 1,000-kernel graph cases.
+inline constexpr int kGraphKernels = 1000;
+
+/// Raw: captures kGraphKernels launches of `f` (no arguments, 1x1) on `s` in relaxed mode and
+/// instantiates the graph, uploading it on `s` when `upload`. Throws on a driver failure.
+std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool upload);
 
 /// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
 /// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),

@@ -21,7 +21,6 @@
 #include "trivial_ptx.hpp"
 
 namespace custream_bench {
-namespace {
 
 void check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
@@ -29,13 +28,13 @@ void check(CUresult r, const char* what) {
   }
 }
 
+namespace {
+
 std::atomic<long> g_host_runs{0};
 
 void count_run(void* counter) {
   static_cast<std::atomic<long>*>(counter)->fetch_add(1, std::memory_order_relaxed);
 }
-
-constexpr int kGraphKernels = 1000;
 
 /// What the cases share; allocated once and never freed (no driver call at exit).
 struct State {
@@ -59,7 +58,8 @@ struct State {
   }
 };
 
-/// Raw: capture `kGraphKernels` launches of `f`, instantiate with upload, launch, synchronize.
+}  // namespace
+
 std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool upload) {
   const auto& api = custream::testing::driver();
   check(api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
@@ -76,6 +76,8 @@ std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool uploa
   check(api.cuGraphInstantiateWithParams(&e, g, &p), "cuGraphInstantiateWithParams");
   return {g, e};
 }
+
+namespace {
 
 custream::Graph ours_capture(const State& st) {
   st.stream.begin_capture();

@@ -1,10 +1,12 @@
 // The library cases of `custream bench` (docs/performance.md, "Libraries"): a launch through a
-// library kernel against cuLaunchKernel with the per-device function, a kernel lookup by name,
-// and a cache hit against the driver load it saves. Device 0.
+// library kernel against cuLaunchKernel with the per-device function, the same with launch
+// attributes against cuLaunchKernelEx, a kernel lookup by name, a cache hit against the driver
+// load it saves, and capture + instantiate + first launch of 1,000 library kernels. Device 0.
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_cases.hpp"
@@ -34,6 +36,18 @@ struct LibraryState {
   custream::LibraryKernel noop = library.kernel("noop");
   std::string image = many_kernels(512);  // ~30 KiB of PTX
   custream::Library cached;
+  std::vector<custream::Graph> graphs;                      // custream 1,000-kernel graphs
+  std::vector<std::pair<CUgraph, CUgraphExec>> raw_graphs;  // raw ones
+
+  void drop_graphs() {
+    const auto& api = custream::testing::driver();
+    graphs.clear();
+    for (auto& [g, e] : raw_graphs) {
+      api.cuGraphExecDestroy(e);
+      api.cuGraphDestroy(g);
+    }
+    raw_graphs.clear();
+  }
 };
 
 LibraryState& state() {
@@ -69,6 +83,46 @@ void add_library_cases(std::vector<Case>& cases) {
     time_parked(c, st.stream.handle());
   };
   cases.push_back(std::move(launch));
+
+  // With attributes: clusters of one block and a priority, the cheap attributes (checked
+  // without a driver call), against cuLaunchKernelEx with the same configuration.
+  Case with_attributes{
+      "library kernel launch with attributes (cluster, priority)", {}, {}, {}, 256, 61, {},
+      "cuLaunchKernelEx (the kernel's function, same attributes)"};
+  with_attributes.needs_kernels = true;
+  with_attributes.prepare = [](Case& c) {
+    LibraryState& st = state();
+    const auto& api = custream::testing::driver();
+    const CUfunction f = st.noop.function(custream::Device(0).primary_context());
+    c.raw = [&api, s = st.stream.handle(), f](int n) {
+      for (int i = 0; i < n; ++i) {
+        CUlaunchAttribute attributes[2] = {};
+        attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attributes[0].value.clusterDim = {1, 1, 1};
+        attributes[1].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+        attributes[1].value.priority = 0;
+        CUlaunchConfig config{};
+        config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+        config.blockDimX = config.blockDimY = config.blockDimZ = 1;
+        config.hStream = s;
+        config.attrs = attributes;
+        config.numAttrs = 2;
+        void* params[1] = {nullptr};
+        api.cuLaunchKernelEx(&config, f, params, nullptr);
+      }
+    };
+    c.ours = [](int n) {
+      LibraryState& st = state();
+      for (int i = 0; i < n; ++i) {
+        custream::LaunchConfig config(custream::Dim3{1}, custream::Dim3{1});
+        config.cluster = custream::Dim3{1};
+        config.priority = 0;
+        st.noop.launch(st.stream, config);
+      }
+    };
+    time_parked(c, st.stream.handle());
+  };
+  cases.push_back(std::move(with_attributes));
 
   Case lookup{"library kernel lookup by name", {}, {}, {Target::Kind::absolute, 20, 0}, 256, 21, {},
               "cuLibraryGetKernel (reference)"};
@@ -134,6 +188,44 @@ void add_library_cases(std::vector<Case>& cases) {
     };
   };
   cases.push_back(std::move(hit));
+
+  // Capture, instantiate (custream reads the kernel nodes to hold the library), upload and
+  // first launch of 1,000 library kernels, against the same with the function raw.
+  Case graph{"capture + instantiate + launch (1,000 library kernels)",
+             {},
+             {},
+             {Target::Kind::ratio, 0, 1.02},
+             2,
+             21,
+             {},
+             "capture, instantiate+upload, launch, sync"};
+  graph.needs_kernels = true;
+  graph.prepare = [](Case& c) {
+    LibraryState& st = state();
+    const CUfunction f = st.noop.function(custream::Device(0).primary_context());
+    const auto& api = custream::testing::driver();
+    c.raw = [&api, s = st.stream.handle(), f](int n) {
+      for (int i = 0; i < n; ++i) {
+        auto ge = raw_capture(s, f, true);
+        check(api.cuGraphLaunch(ge.second, s), "cuGraphLaunch");
+        check(api.cuStreamSynchronize(s), "cuStreamSynchronize");
+        state().raw_graphs.push_back(ge);
+      }
+    };
+    c.ours = [](int n) {
+      LibraryState& st = state();
+      for (int i = 0; i < n; ++i) {
+        st.stream.begin_capture();
+        for (int k = 0; k < kGraphKernels; ++k) st.noop.launch(st.stream, 1, 1, 0);
+        custream::Graph g = st.stream.end_capture();
+        g.launch(st.stream);
+        st.stream.synchronize();
+        st.graphs.push_back(std::move(g));
+      }
+    };
+    c.between = [] { state().drop_graphs(); };
+  };
+  cases.push_back(std::move(graph));
 }
 
 }  // namespace custream_bench

@@ -17,12 +17,6 @@ namespace {
 
 volatile long g_sink = 0;  // keeps results alive
 
-void check(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS) {
-    throw custream::Error(r, what, "custream bench (raw driver variant)");
-  }
-}
-
 custream::Device current_device_0() {
   custream::Device device(0);
   device.make_current();

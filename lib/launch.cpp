@@ -90,7 +90,7 @@ std::string version_text(int v) {
 }
 
 std::string kernel_text(CUfunction function, const std::string& kernel) {
-  return kernel.empty() ? "kernel " + pointer_text(function) : kernel;
+  return kernel.empty() ? "kernel " + pointer_text(function) : "library kernel \"" + kernel + "\"";
 }
 
 // Throws the error of a launch custream refused before calling the driver.
@@ -101,13 +101,18 @@ std::string kernel_text(CUfunction function, const std::string& kernel) {
                          " (custream refused the launch without calling the driver)");
 }
 
-[[gnu::cold]] void check_version(const Loaded& l, const AttributeNeed& need,
-                                 const StreamRef& stream, CUfunction function,
-                                 const std::string& kernel) {
-  if (l.version >= need.version) return;
+[[noreturn, gnu::cold]] void refuse_version(const Loaded& l, const AttributeNeed& need,
+                                            const StreamRef& stream, CUfunction function,
+                                            const std::string& kernel) {
   refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
          std::string(need.name) + " needs a CUDA " + version_text(need.version) +
              " driver or newer; this one is " + version_text(l.version));
+}
+
+// Refuses an attribute the driver is too old for (a comparison on the hot path).
+inline void check_version(const Loaded& l, const AttributeNeed& need, const StreamRef& stream,
+                          CUfunction function, const std::string& kernel) {
+  if (l.version < need.version) refuse_version(l, need, stream, function, kernel);
 }
 
 // Makes current the context a query about a function on `stream` is made in: the stream's
@@ -116,26 +121,26 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   if (!stream.is_special()) scope.emplace(stream.context());
 }
 
-[[gnu::cold]] void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
-                                 CUfunction function, const LaunchConfig& config,
-                                 const std::string& kernel) {
+// Checks the launch's clusters (invariant 7): no string is made unless a check refuses.
+void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+                   CUfunction function, const LaunchConfig& config, const std::string& kernel) {
   check_version(l, kCluster, stream, function, kernel);
   const Dim3 c = *config.cluster;
   const Dim3 g = config.grid;
-  const std::string what = "cluster dimensions " + dims_text(c);
+  const auto what = [c] { return "cluster dimensions " + dims_text(c); };
   if (caps != nullptr && !caps->cluster_launch) {
     refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
-           what +
+           what() +
                ": the device cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0; "
                "compute capability 9.0 or newer can)");
   }
   if (c.x == 0 || c.y == 0 || c.z == 0) {
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what + ": every dimension must be at least 1");
+           what() + ": every dimension must be at least 1");
   }
   if (g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0) {
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what + " do not divide the grid " + dims_text(g));
+           what() + " do not divide the grid " + dims_text(g));
   }
   const unsigned long long size = 1ull * c.x * c.y * c.z;
   if (size <= 8) return;  // portable: every device that launches clusters can
@@ -150,7 +155,7 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   }
   if (allowed == 0) {
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what + ": " + std::to_string(size) +
+           what() + ": " + std::to_string(size) +
                " blocks per cluster, but 8 is the portable limit and the kernel does not allow "
                "more (set CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED to 1 first)");
   }
@@ -172,7 +177,7 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   call<&DriverApi::cuOccupancyMaxActiveClusters>(subject, &clusters, function, &query);
   if (clusters == 0) {  // the H200's answer for a cluster it cannot place
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what + ": the device cannot schedule a cluster of " + std::to_string(size) +
+           what() + ": the device cannot schedule a cluster of " + std::to_string(size) +
                " blocks of " + dims_text(config.block) +
                " threads of this kernel (cuOccupancyMaxActiveClusters: 0)");
   }

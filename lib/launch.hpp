@@ -13,7 +13,8 @@
 namespace custream::detail {
 
 /// Launches `function` on `stream` with `config` (one cuLaunchKernelEx) after the checks of
-/// invariant 7. `kernel` names it in errors ("kernel \"axpy\"").
+/// invariant 7. `kernel` is a library kernel's name for errors (empty: a module's kernel,
+/// named by its function).
 /// @throws Error naming the kernel, the attribute and the limit when a check refuses (the
 /// driver is not called), or the driver's error naming the kernel, stream and configuration.
 void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,

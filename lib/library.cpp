@@ -594,7 +594,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& 
                                    std::size_t count) const {
   const CUfunction f = function_for(stream);
   if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
-  detail::launch_with_config(f, stream, config, params, "library kernel \"" + state_->name + "\"");
+  detail::launch_with_config(f, stream, config, params, state_->name);
 }
 
 void LibraryKernel::launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block,
