@@ -3,6 +3,7 @@
 
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "capture.hpp"
 #include "context.hpp"
@@ -12,6 +13,7 @@
 #include "custream/graph.hpp"
 #include "driver.hpp"
 #include "host_function.hpp"
+#include "library.hpp"
 
 namespace custream {
 
@@ -51,6 +53,27 @@ const char* end_capture_advice(CUresult r) {
 
 }  // namespace
 
+namespace {
+// The capture epoch each stream's current custream-begun capture started at (libraries.md,
+// invariant 5), guarded by capture_transitions(). Special handles are not recorded: the
+// per-thread stream's handle is the same in every thread.
+std::unordered_map<CUstream, std::uint64_t>& capture_epochs() {
+  static auto* epochs = new std::unordered_map<CUstream, std::uint64_t>;  // never destroyed
+  return *epochs;
+}
+
+// The epoch `s`'s capture began at, forgotten; kAnyCapture when custream did not begin it. The
+// caller holds capture_transitions().
+std::uint64_t take_capture_epoch(StreamRef s) {
+  auto& epochs = capture_epochs();
+  const auto it = s.is_special() ? epochs.end() : epochs.find(s.handle());
+  if (it == epochs.end()) return detail::kAnyCapture;
+  const std::uint64_t epoch = it->second;
+  epochs.erase(it);
+  return epoch;
+}
+}  // namespace
+
 void begin_capture(StreamRef s, CaptureMode mode) {
   if (s.handle() == nullptr || s.handle() == CU_STREAM_LEGACY) {  // invariant 2
     detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture", s,
@@ -62,8 +85,11 @@ void begin_capture(StreamRef s, CaptureMode mode) {
   CUresult r = CUDA_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
+    // A new epoch before the capture begins: every launch into it is stamped with it or later.
+    const std::uint64_t epoch = detail::next_capture_epoch();
     r = detail::on_stream<&DriverApi::cuStreamBeginCapture>(s.is_special(), scope, s.handle(),
                                                             static_cast<CUstreamCaptureMode>(mode));
+    if (r == CUDA_SUCCESS && !s.is_special()) capture_epochs()[s.handle()] = epoch;
   }
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(
@@ -72,25 +98,28 @@ void begin_capture(StreamRef s, CaptureMode mode) {
   }
 }
 
-CUgraph detail::end_capture_graph(StreamRef s) {
+detail::CapturedGraph detail::end_capture_graph(StreamRef s) {
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
   CUresult r = CUDA_SUCCESS;
+  std::uint64_t since = kAnyCapture;
   {
     std::lock_guard<std::mutex> lock(detail::capture_transitions());  // invariant 5
     r = detail::on_stream<&DriverApi::cuStreamEndCapture>(s.is_special(), scope, s.handle(),
                                                           &graph);
+    since = take_capture_epoch(s);
   }
   if (r != CUDA_SUCCESS) {
     // The driver returns no graph on failure (invariant 3); be safe if one came anyway.
     if (graph != nullptr) detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
     detail::throw_stream_error(r, "cuStreamEndCapture", s, end_capture_advice(r));
   }
-  return graph;
+  return {graph, since};
 }
 
 Graph end_capture(StreamRef s, InstantiateFlags flags) {
-  return Graph::adopt(detail::end_capture_graph(s), flags, s);
+  const detail::CapturedGraph ended = detail::end_capture_graph(s);
+  return Graph::from_capture(ended.graph, flags, s, ended.libraries_since);
 }
 
 CaptureInfo capture_info(StreamRef s) noexcept {
@@ -149,6 +178,7 @@ void discard_capture(StreamRef s) noexcept {
     std::optional<ContextScope> scope;                                // the special-handle retry
     r = detail::on_stream<&DriverApi::cuStreamEndCapture>(s.is_special(), scope, s.handle(),
                                                           &graph);
+    (void)take_capture_epoch(s);
   } catch (const Error& e) {  // no context could be made current for a special handle
     r = e.result();
   }

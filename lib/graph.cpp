@@ -184,7 +184,8 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
 
 }  // namespace
 
-Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream) {
+Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
+                  std::uint64_t libraries_since) {
   if (graph == nullptr) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
   }
@@ -199,9 +200,8 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   g.owner_.get()->owned = owned;
   g.graph_ = graph;
   g.flags_ = flags;
-  std::vector<const void*> kernels;
-  detail::own_run_once_nodes(graph, owned, &kernels);  // before anything can run it (6)
-  g.owner_.get()->libraries.hold(kernels);             // libraries.md, invariant 5
+  detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
+  g.owner_.get()->libraries.hold_since(libraries_since);  // libraries.md, invariant 5
 
   const detail::Loaded& l = detail::loaded();
   CUcontext context = stream.context();  // invariant 3
@@ -237,7 +237,12 @@ void Graph::keep_context(const Context& context) {
 }
 
 Graph Graph::adopt(CUgraph graph, InstantiateFlags flags, StreamRef upload_stream) {
-  return make(graph, true, flags, upload_stream);
+  return make(graph, true, flags, upload_stream, detail::kAnyCapture);
+}
+
+Graph Graph::from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
+                          std::uint64_t libraries_since) {
+  return make(graph, true, flags, stream, libraries_since);
 }
 
 Graph Graph::adopt(CUgraph graph, InstantiateFlags flags) {
@@ -250,15 +255,15 @@ Graph Graph::adopt(CUgraph graph, InstantiateFlags flags) {
     }
     throw;
   }
-  return make(graph, true, flags, stream);
+  return make(graph, true, flags, stream, detail::kAnyCapture);
 }
 
 Graph Graph::wrap(CUgraph graph, InstantiateFlags flags, StreamRef upload_stream) {
-  return make(graph, false, flags, upload_stream);
+  return make(graph, false, flags, upload_stream, detail::kAnyCapture);
 }
 
 Graph Graph::wrap(CUgraph graph, InstantiateFlags flags) {
-  return make(graph, false, flags, current_stream());
+  return make(graph, false, flags, current_stream(), detail::kAnyCapture);
 }
 
 void Graph::launch() const { launch(current_stream()); }
@@ -295,13 +300,13 @@ void Graph::update(const Graph& newer) {
 
 void Graph::update_from_capture(StreamRef stream) {
   if (exec_ == nullptr) refuse_empty("cuGraphExecUpdate");
+  const detail::CapturedGraph ended = detail::end_capture_graph(stream);
   struct Captured {  // destroyed after the update, also on failure (invariant 4)
     CUgraph graph;
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
-  } captured{detail::end_capture_graph(stream)};
-  std::vector<const void*> kernels;
-  detail::own_run_once_nodes(captured.graph, true, &kernels);  // invariant 6
-  owner_.get()->libraries.hold(kernels);                       // libraries.md, invariant 5
+  } captured{ended.graph};
+  detail::own_run_once_nodes(captured.graph, true);           // invariant 6
+  owner_.get()->libraries.hold_since(ended.libraries_since);  // libraries.md, invariant 5
   update_exec(graph_, exec_, captured.graph);
 }
 

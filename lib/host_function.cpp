@@ -16,7 +16,6 @@
 #include "custream/host_function_error_handler.hpp"
 #include "driver.hpp"
 #include "handler_slot.hpp"
-#include "library.hpp"
 
 namespace custream {
 
@@ -194,11 +193,7 @@ struct RunOnceNode {
   detail::HostTask* task;
 };
 
-// The host nodes of `graph` that run the run-once trampoline; with `kernels`, also the
-// function and kernel of every kernel node (read only while some library is loaded: otherwise
-// no kernel node can need one).
-std::vector<RunOnceNode> find_run_once_nodes(CUgraph graph, std::vector<const void*>* kernels) {
-  if (kernels != nullptr && !detail::GraphLibraries::any_loaded()) kernels = nullptr;
+std::vector<RunOnceNode> find_run_once_nodes(CUgraph graph) {
   const detail::Subject subject = detail::graph_subject(graph);
   std::size_t count = 0;
   detail::call<&DriverApi::cuGraphGetNodes>(subject, graph, nullptr, &count);
@@ -210,12 +205,6 @@ std::vector<RunOnceNode> find_run_once_nodes(CUgraph graph, std::vector<const vo
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type{};
     detail::call<&DriverApi::cuGraphNodeGetType>(subject, node, &type);
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL && kernels != nullptr) {
-      CUDA_KERNEL_NODE_PARAMS params{};
-      detail::call<&DriverApi::cuGraphKernelNodeGetParams>(subject, node, &params);
-      if (params.func != nullptr) kernels->push_back(params.func);
-      if (params.kern != nullptr) kernels->push_back(params.kern);
-    }
     if (type != CU_GRAPH_NODE_TYPE_HOST) continue;
     CUDA_HOST_NODE_PARAMS params{};
     detail::call<&DriverApi::cuGraphHostNodeGetParams>(subject, node, &params);
@@ -253,8 +242,8 @@ void own_node(CUgraph graph, const RunOnceNode& n, bool owned) {
 
 namespace detail {
 
-void own_run_once_nodes(CUgraph graph, bool owned, std::vector<const void*>* kernels) {
-  const std::vector<RunOnceNode> found = find_run_once_nodes(graph, kernels);
+void own_run_once_nodes(CUgraph graph, bool owned) {
+  const std::vector<RunOnceNode> found = find_run_once_nodes(graph);
   std::size_t moved = 0;
   try {
     for (; moved < found.size(); ++moved) own_node(graph, found[moved], owned);
@@ -269,7 +258,7 @@ void own_run_once_nodes(CUgraph graph, bool owned, std::vector<const void*>* ker
 
 void free_run_once_nodes(CUgraph graph) noexcept {
   try {
-    for (const RunOnceNode& n : find_run_once_nodes(graph, nullptr)) {
+    for (const RunOnceNode& n : find_run_once_nodes(graph)) {
       n.task->destroy(n.task);
     }
   } catch (const Error& e) {  // a failed query: leave them (a leak, never a dangling node)

@@ -5,7 +5,6 @@
 #include <cuda.h>
 
 #include <mutex>
-#include <vector>
 
 namespace custream::detail {
 
@@ -16,10 +15,8 @@ namespace custream::detail {
 /// replayable trampoline instead (invariant 9). Called before `graph` is instantiated.
 /// When this fails and `owned` (the graph is destroyed right after and never runs), the
 /// payloads not yet moved are freed; a graph not owned keeps them (they leak rather than
-/// dangle). When `kernels` is given, the function (and kernel) of every kernel node is added
-/// to it, read in the same walk over the nodes (libraries.md, invariant 5).
-/// @throws Error naming the failing driver call.
-void own_run_once_nodes(CUgraph graph, bool owned, std::vector<const void*>* kernels = nullptr);
+/// dangle). @throws Error naming the failing driver call.
+void own_run_once_nodes(CUgraph graph, bool owned);
 
 /// Held by every cold-path host-function enqueue from its capture query to its launch, and by
 /// custream's begin and end of a capture around the driver call (invariant 10).

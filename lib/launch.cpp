@@ -31,10 +31,9 @@ struct DeviceCaps {
 
 class CapsCache {
  public:
+  explicit CapsCache(int devices) : slots_(std::make_unique<Slot[]>(devices > 0 ? devices : 1)) {}
+
   const DeviceCaps& get(const Loaded& l, int device) {
-    std::call_once(once_, [&] {
-      slots_ = std::make_unique<Slot[]>(static_cast<std::size_t>(l.device_count));
-    });
     Slot& slot = slots_[static_cast<std::size_t>(device)];
     if (!slot.ready.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -62,14 +61,13 @@ class CapsCache {
     std::atomic<bool> ready{false};
     DeviceCaps caps;
   };
-  std::once_flag once_;
   std::mutex mutex_;
   std::unique_ptr<Slot[]> slots_;
 };
 
-CapsCache& caps_cache() {
-  static CapsCache* cache = new CapsCache;  // never destroyed: no destructor order at exit
-  return *cache;
+const DeviceCaps& device_caps(const Loaded& l, int device) {
+  static CapsCache* cache = new CapsCache(l.device_count);  // never destroyed (exit order)
+  return cache->get(l, device);
 }
 
 // An attribute and the first driver version whose cuda.h has it.
@@ -138,7 +136,10 @@ void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& str
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
            what() + ": every dimension must be at least 1");
   }
-  if (g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0) {
+  const auto divides = [](unsigned cluster, unsigned grid) {  // no division for the usual 1
+    return cluster == 1 || grid % cluster == 0;
+  };
+  if (!divides(c.x, g.x) || !divides(c.y, g.y) || !divides(c.z, g.z)) {
     refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
            what() + " do not divide the grid " + dims_text(g));
   }
@@ -256,7 +257,7 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
   unsigned count = 0;
   if (config.cluster || config.cooperative) {  // checks that need what the device can do
     const int device = stream.is_special() ? -1 : stream.device_id();
-    const DeviceCaps* caps = device >= 0 ? &caps_cache().get(l, device) : nullptr;
+    const DeviceCaps* caps = device >= 0 ? &device_caps(l, device) : nullptr;
     if (config.cluster) {
       check_cluster(l, caps, stream, function, config, kernel);
       attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;

@@ -43,15 +43,12 @@ std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
 
 namespace {
 
-// The functions and kernels of every loaded library, so that a graph's kernel nodes can be
-// traced to the libraries they need (invariant 5). Guarded by one mutex: it is written when a
-// kernel is enumerated or resolved in a context, and read when custream instantiates a graph,
-// never on a launch.
+// Every loaded library, so that a graph can hold those it may launch (invariant 5). Guarded by
+// one mutex: written when a library is loaded or unloaded, read when custream instantiates a
+// graph, never on a launch.
 struct Registry {
   std::mutex mutex;
-  std::unordered_map<const void*, LibraryOwner*> owners;  // CUfunction or CUkernel → library
-  std::unordered_map<LibraryOwner*, std::vector<const void*>> handles;  // its entries above
-  std::atomic<long> libraries{0};                                       // loaded, in process
+  std::vector<LibraryOwner*> owners;
 };
 
 Registry& registry() {
@@ -59,28 +56,18 @@ Registry& registry() {
   return *r;
 }
 
-// Records that `handle` (a function or kernel of `owner`'s library) belongs to it. A handle
-// reused by the driver after another library's unload is taken over.
-void register_handle(LibraryOwner* owner, const void* handle) {
+void register_owner(LibraryOwner* owner) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  auto [it, inserted] = r.owners.emplace(handle, owner);
-  if (!inserted) {
-    if (it->second == owner) return;
-    it->second = owner;
-  }
-  r.handles[owner].push_back(handle);
+  r.owners.push_back(owner);
 }
 
-// Forgets `owner`'s handles; the caller holds the registry's mutex.
-void unregister_locked(Registry& r, LibraryOwner* owner) {
-  auto it = r.handles.find(owner);
-  if (it == r.handles.end()) return;
-  for (const void* h : it->second) {
-    auto o = r.owners.find(h);
-    if (o != r.owners.end() && o->second == owner) r.owners.erase(o);
-  }
-  r.handles.erase(it);
+// Forgets `owner`; the caller holds the registry's mutex.
+void unregister_locked(Registry& r, LibraryOwner* owner) noexcept {
+  const auto it = std::find(r.owners.begin(), r.owners.end(), owner);
+  if (it == r.owners.end()) return;
+  *it = r.owners.back();
+  r.owners.pop_back();
 }
 
 // Adds a reference to `owner` unless its last one is already gone (it is being destroyed and
@@ -95,45 +82,45 @@ bool try_retain(LibraryOwner* owner) noexcept {
 
 }  // namespace
 
+std::atomic<std::uint64_t> g_capture_epoch{kAnyCapture};
+
+std::uint64_t next_capture_epoch() noexcept {
+  return g_capture_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+void stamp_launch(LibraryOwner& owner, std::uint64_t epoch) noexcept {
+  std::uint64_t stamp = owner.launched.load(std::memory_order_relaxed);
+  while (stamp < epoch &&  // never lowered: a racing older launch must not hide a newer one
+         !owner.launched.compare_exchange_weak(stamp, epoch, std::memory_order_relaxed)) {
+  }
+}
+
 LibraryOwner::~LibraryOwner() {
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     unregister_locked(r, this);
   }
-  if (library != nullptr) {
-    r.libraries.fetch_sub(1, std::memory_order_relaxed);
-    release_call<&DriverApi::cuLibraryUnload>("library", library, library);
-  }
+  if (library != nullptr) release_call<&DriverApi::cuLibraryUnload>("library", library, library);
 }
 template struct Refs<LibraryOwner>;
-
-bool GraphLibraries::any_loaded() noexcept {
-  return registry().libraries.load(std::memory_order_relaxed) > 0;
-}
 
 void GraphLibraries::add(LibraryOwner* owner) {
   owner->graphs.fetch_add(1, std::memory_order_relaxed);
   held_.push_back(owner);
 }
 
-void GraphLibraries::hold(const std::vector<const void*>& functions) {
-  if (functions.empty()) return;
-  held_.reserve(held_.size() + 1);  // the common case (one library) cannot throw below
+void GraphLibraries::hold_since(std::uint64_t since) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (const void* f : functions) {
-    auto it = r.owners.find(f);
-    if (it == r.owners.end()) continue;
-    LibraryOwner* owner = it->second;
-    if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
-    if (!try_retain(owner)) continue;
-    try {
-      add(owner);
-    } catch (...) {
-      Refs<LibraryOwner>::release(owner);  // not the last: its other holder is alive
-      throw;
+  held_.reserve(held_.size() + r.owners.size());  // nothing below throws
+  for (LibraryOwner* owner : r.owners) {
+    if (!owner->exposed.load(std::memory_order_relaxed) &&
+        owner->launched.load(std::memory_order_relaxed) < since) {
+      continue;
     }
+    if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
+    if (try_retain(owner)) add(owner);
   }
 }
 
@@ -187,7 +174,6 @@ void enumerate(LibraryOwner& owner, const Loaded& l) {
     const char* name = nullptr;
     call<&DriverApi::cuKernelGetName>(subject, &name, k);
     owner.kernels.push_back(make_state(owner, k, name != nullptr ? name : "", l.device_count));
-    register_handle(&owner, k);
     owner.names.push_back(owner.kernels.back()->name);
     owner.by_name.emplace(owner.names.back(), owner.kernels.back().get());
   }
@@ -248,8 +234,8 @@ Library Library::load(const void* image, std::size_t bytes, LibraryCache use_cac
     owner->library = nullptr;
     detail::fail<&DriverApi::cuLibraryLoadData>(r, {}, logs.failure(what));
   }
-  detail::registry().libraries.fetch_add(1, std::memory_order_relaxed);  // the owner's dtor: -1
-  detail::enumerate(*owner, l);  // a failure unloads it (the owner)
+  detail::enumerate(*owner, l);         // a failure unloads it (the owner)
+  detail::register_owner(owner.get());  // invariant 5; the owner's destructor unregisters it
   Library library;
   library.owner_ = detail::Shared<detail::LibraryOwner>(owner.release());
   if (use_cache == LibraryCache::use) {
@@ -310,7 +296,7 @@ namespace {
   std::string why;
   if (graphs > 0) {
     why = std::to_string(graphs) +
-          " graph(s) custream instantiated still launch its kernels (destroy them first)";
+          " graph(s) custream instantiated may still launch its kernels (destroy them first)";
   }
   if (others > 0) {
     why += (why.empty() ? "" : "; ") + std::to_string(others) +
@@ -344,7 +330,6 @@ void Library::unload() {
     detail::call<&DriverApi::cuLibraryUnload>(detail::library_subject(owner->library),
                                               owner->library);
     owner->library = nullptr;  // unloaded: the owner's destructor has nothing left to do
-    r.libraries.fetch_sub(1, std::memory_order_relaxed);
     detail::unregister_locked(r, owner);
     if (entry != c.entries.end()) {
       cached = std::move(entry->library);
@@ -355,7 +340,11 @@ void Library::unload() {
   owner_ = {};
 }
 
-CUlibrary Library::handle() const noexcept { return owner_ ? owner_.get()->library : nullptr; }
+CUlibrary Library::handle() const noexcept {
+  if (!owner_) return nullptr;
+  detail::note_exposed(*owner_.get());  // its kernels may now be launched raw (invariant 5)
+  return owner_.get()->library;
+}
 
 const std::vector<std::string>& Library::kernel_names() const {
   if (!owner_) refuse_empty("custream::Library::kernel_names");
@@ -401,7 +390,6 @@ const LibraryKernel& Library::kernel(const std::string& name) const& {
                                                    "kernel \"" + name + "\"");
     }
     slot = detail::make_state(owner, k, name, detail::loaded().device_count);
-    detail::register_handle(&owner, k);
   }
   return slot->handle;
 }
@@ -413,7 +401,7 @@ void Library::preload(const Context& context) const {
     detail::entry<&DriverApi::cuLibraryGetKernelCount>(detail::api());  // names the driver
   }
   for (const auto& state : owner.kernels) {
-    (void)state->handle.function(context);
+    (void)state->handle.resolve(context);
   }
 }
 
@@ -516,8 +504,14 @@ const std::string& LibraryKernel::name() const noexcept {
   return state_ != nullptr ? state_->name : none;
 }
 
-CUkernel LibraryKernel::handle() const noexcept {
+CUkernel LibraryKernel::kernel_or_null() const noexcept {
   return state_ != nullptr ? state_->kernel : nullptr;
+}
+
+CUkernel LibraryKernel::handle() const noexcept {
+  if (state_ == nullptr) return nullptr;
+  detail::note_exposed(*library_.owner_.get());  // may now be launched raw (invariant 5)
+  return state_->kernel;
 }
 
 Library LibraryKernel::library() const noexcept { return library_; }
@@ -531,6 +525,11 @@ namespace {
 
 CUfunction LibraryKernel::function(const Context& context) const {
   if (state_ == nullptr) refuse_empty_kernel("cuKernelGetFunction");
+  detail::note_exposed(*library_.owner_.get());  // may now be launched raw (invariant 5)
+  return resolve(context);
+}
+
+CUfunction LibraryKernel::resolve(const Context& context) const {
   const bool primary = context.kind() == ContextKind::primary;
   std::atomic<CUfunction>* slot = primary ? &state_->primary[context.device_id()] : nullptr;
   if (slot != nullptr) {
@@ -545,7 +544,6 @@ CUfunction LibraryKernel::function(const Context& context) const {
         r, {detail::Subject::What::context, context.handle(), context.device_id()},
         "kernel \"" + state_->name + "\" (" + to_string(context.kind()) + " context)");
   }
-  detail::register_handle(library_.owner_.get(), f);               // graphs find it (invariant 5)
   if (slot != nullptr) slot->store(f, std::memory_order_release);  // the same f every time
   return f;
 }
@@ -555,12 +553,12 @@ CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
   const int device = stream.device_id();
   if (device >= 0 && stream.context_kind() == ContextKind::primary) {
     if (CUfunction f = state_->primary[device].load(std::memory_order_acquire)) return f;  // 3
-    return function(Device(device).primary_context());
+    return resolve(Device(device).primary_context());
   }
   // A special handle means the current context's stream: the driver resolves a CUkernel
   // passed as the function in the current context.
   if (stream.is_special()) return reinterpret_cast<CUfunction>(state_->kernel);
-  return function(Context::wrap(stream.context()));
+  return resolve(Context::wrap(stream.context()));
 }
 
 void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
@@ -578,6 +576,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 bloc
                                    const std::size_t* sizes, std::size_t count) const {
   const CUfunction f = function_for(stream);
   if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
+  detail::note_launch(*library_.owner_.get());        // invariant 5
   const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
                                                   block.z, static_cast<unsigned>(shared_bytes),
                                                   stream.handle(), params, nullptr);
@@ -594,6 +593,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& 
                                    std::size_t count) const {
   const CUfunction f = function_for(stream);
   if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
+  detail::note_launch(*library_.owner_.get());        // invariant 5
   detail::launch_with_config(f, stream, config, params, state_->name);
 }
 
@@ -610,8 +610,8 @@ void LibraryKernel::launch_raw(const StreamRef& stream, const LaunchConfig& conf
 int LibraryKernel::attribute(CUfunction_attribute attribute, int device) const {
   const Device d(device);
   int value = 0;
-  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetAttribute>(&value, attribute, handle(),
-                                                                      d.handle());
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetAttribute>(&value, attribute,
+                                                                      kernel_or_null(), d.handle());
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuKernelGetAttribute>(
         r, detail::device_subject(device),
@@ -622,8 +622,8 @@ int LibraryKernel::attribute(CUfunction_attribute attribute, int device) const {
 
 void LibraryKernel::set_attribute(CUfunction_attribute attribute, int value, int device) const {
   const Device d(device);
-  if (CUresult r = detail::try_call<&DriverApi::cuKernelSetAttribute>(attribute, value, handle(),
-                                                                      d.handle());
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelSetAttribute>(attribute, value,
+                                                                      kernel_or_null(), d.handle());
       r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuKernelSetAttribute>(r, detail::device_subject(device),
                                                    "kernel \"" + name() + "\", attribute " +

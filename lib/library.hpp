@@ -71,7 +71,37 @@ struct LibraryOwner : Counted {
   std::unordered_map<std::string, std::unique_ptr<KernelState>> lazy;
   /// How many graphs hold this library (invariant 5).
   std::atomic<long> graphs{0};
+  /// The capture epoch of its last launch through a LibraryKernel (invariant 5).
+  std::atomic<std::uint64_t> launched{0};
+  /// Whether a raw handle of its code was handed out (Library::handle, LibraryKernel::handle
+  /// or function): then any graph may launch it, and every graph holds it (invariant 5).
+  std::atomic<bool> exposed{false};
 };
+
+/// The capture epoch: raised before every capture custream begins (invariant 5).
+extern std::atomic<std::uint64_t> g_capture_epoch;
+/// "Every library launched at all": the epoch of a graph whose capture custream did not begin.
+inline constexpr std::uint64_t kAnyCapture = 1;
+
+/// Raises the capture epoch and returns the new one (before a capture begins).
+std::uint64_t next_capture_epoch() noexcept;
+
+/// Raises `owner`'s launch stamp to `epoch`.
+void stamp_launch(LibraryOwner& owner, std::uint64_t epoch) noexcept;
+
+/// Records a launch of `owner`'s code (invariant 5): two relaxed loads and a compare, and a
+/// store once per capture epoch.
+inline void note_launch(LibraryOwner& owner) noexcept {
+  const std::uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed);
+  if (owner.launched.load(std::memory_order_relaxed) < epoch) stamp_launch(owner, epoch);
+}
+
+/// Records that a raw handle of `owner`'s code was handed out (invariant 5).
+inline void note_exposed(LibraryOwner& owner) noexcept {
+  if (!owner.exposed.load(std::memory_order_relaxed)) {
+    owner.exposed.store(true, std::memory_order_relaxed);
+  }
+}
 
 /// The parameter sizes of `state`'s kernel, asked once with `stream`'s context current
 /// (cuKernelGetParamInfo); leaves state.params known or unknown. @throws Error on a driver
@@ -82,9 +112,10 @@ void load_param_sizes(KernelState& state, const StreamRef& stream);
 /// kernel's parameters, naming the first mismatch; returns when they match.
 void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count);
 
-/// The libraries whose kernels a graph launches, held while the graph (and its executable)
-/// lives (invariant 5). Filled from the graph's kernel nodes when custream instantiates or
-/// updates it; never copied.
+/// The libraries a graph may launch, held while the graph (and its executable) lives
+/// (invariant 5): those launched through a LibraryKernel since its capture began, and those
+/// whose raw handles were handed out. Filled when custream instantiates or updates it; never
+/// copied.
 class GraphLibraries {
  public:
   GraphLibraries() = default;
@@ -92,12 +123,8 @@ class GraphLibraries {
   GraphLibraries& operator=(const GraphLibraries&) = delete;
   ~GraphLibraries();
 
-  /// Whether any library is loaded in the process: when none, a graph's kernel nodes need not
-  /// be read.
-  static bool any_loaded() noexcept;
-  /// Holds the libraries of these kernel-node functions (CUfunction or CUkernel handles), those
-  /// custream knows of; others are ignored.
-  void hold(const std::vector<const void*>& functions);
+  /// Holds every loaded library launched at capture epoch `since` or later, or exposed.
+  void hold_since(std::uint64_t since);
   /// Holds `other`'s libraries too.
   void hold(const GraphLibraries& other);
   /// How many libraries are held.

@@ -479,3 +479,58 @@ TEST_CASE("library launches with attributes, checked before the driver", "[libra
   expect_error([&] { m.kernel("library_noop").launch(s, clusters); },
                CUDA_ERROR_INVALID_CLUSTER_SIZE, "at least 1");
 }
+
+TEST_CASE("graphs hold the libraries they may launch: raw handles, foreign captures, precision",
+          "[library][graph][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  register_add();
+  const auto& api = custream::detail::api();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), Device(0));
+  s.memset32(cell.get(), 0, 1);
+  s.synchronize();
+  CUdeviceptr p = cell.get();
+  int value = 2;
+  void* params[] = {&p, &value};
+
+  // A function taken with function() and launched raw into a custream capture.
+  custream::Graph raw_graph;
+  {
+    const Library lib = Library::from_ptx(ptx(20), LibraryCache::bypass);
+    const CUfunction f = lib.kernel("library_add").function(Device(0).primary_context());
+    s.begin_capture();
+    REQUIRE(api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.handle(), params, nullptr) ==
+            CUDA_SUCCESS);
+    raw_graph = s.end_capture();
+  }
+  // A LibraryKernel launched into a capture custream did not begin, adopted afterwards.
+  custream::Graph adopted;
+  {
+    const Library lib = Library::from_ptx(ptx(21), LibraryCache::bypass);
+    REQUIRE(api.cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    lib.kernel("library_add").launch(s, {1}, {1}, 0, cell.get(), 3);
+    CUgraph g = nullptr;
+    REQUIRE(api.cuStreamEndCapture(s.handle(), &g) == CUDA_SUCCESS);
+    adopted = custream::Graph::adopt(g, custream::InstantiateFlags::upload, s);
+  }
+  raw_graph.launch(s);
+  adopted.launch(s);
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 5);
+
+  // Precision: a library launched before a capture, not in it, is not held by its graph.
+  Library before = Library::from_ptx(ptx(22), LibraryCache::bypass);
+  before.kernel("library_add").launch(s, {1}, {1}, 0, cell.get(), 1);
+  s.begin_capture();
+  s.memset32(cell.get(), 7, 1);
+  custream::Graph unrelated = s.end_capture();
+  before.unload();  // no graph may launch it
+  CHECK_FALSE(before);
+  unrelated.launch(s);
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 7);
+}

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "custream/context.hpp"
@@ -122,7 +123,14 @@ class Graph {
 
  private:
   friend class Stream;
-  static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream);
+  friend Graph end_capture(StreamRef stream, InstantiateFlags flags);
+  /// Instantiates `graph` (owned or not); the libraries launched since capture epoch
+  /// `libraries_since` are held as long as it lives (docs/design/libraries.md, invariant 5).
+  static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
+                    std::uint64_t libraries_since);
+  /// make() for the graph of a capture custream ended.
+  static Graph from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
+                            std::uint64_t libraries_since);
   /// Keeps `context` (the owned context of the stream it was captured on) alive as long as
   /// the executable.
   void keep_context(const Context& context);

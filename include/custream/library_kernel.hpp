@@ -112,6 +112,10 @@ class LibraryKernel {
       : state_(state), library_(std::move(library)) {}
   /// Drops the library without counting (the owner's own, uncounted kernel handles).
   void forget_uncounted() noexcept { (void)library_.owner_.detach(); }
+  /// function() without marking the library's code as handed out. @throws as function().
+  CUfunction resolve(const Context& context) const;
+  /// The CUkernel without marking it as handed out (null when empty).
+  CUkernel kernel_or_null() const noexcept;
   /// The function for `stream` (cached per device for primary contexts). @throws Error.
   CUfunction function_for(const StreamRef& stream) const;
   /// Checks `count` arguments of `sizes` bytes against the parameters. @throws Error.
