@@ -4,10 +4,13 @@
 
 #include <cuda.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "custream/graph.hpp"
+#include "custream/stream.hpp"
 #include "harness.hpp"
 
 namespace custream_bench {
@@ -41,6 +44,19 @@ inline constexpr int kGraphKernels = 1000;
 /// Raw: captures kGraphKernels launches of `f` (no arguments, 1x1) on `s` in relaxed mode and
 /// instantiates the graph, uploading it on `s` when `upload`. Throws on a driver failure.
 std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool upload);
+
+/// The graphs a capture case made: kept while a batch is timed, destroyed between batches.
+struct KeptGraphs {
+  std::vector<custream::Graph> graphs;                      // custream's
+  std::vector<std::pair<CUgraph, CUgraphExec>> raw_graphs;  // raw
+  void drop();
+};
+
+/// Sets `c`'s bodies to capture + instantiate + first launch + synchronize on `stream`: raw
+/// captures kGraphKernels launches of `f` (raw_capture, with upload), custream runs `capture`
+/// (begin, the launches, end_capture); the graphs go to `kept` and are dropped between batches.
+void set_capture_bodies(Case& c, const custream::Stream& stream, CUfunction f, KeptGraphs& kept,
+                        std::function<custream::Graph()> capture);
 
 /// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
 /// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),

@@ -41,24 +41,45 @@ struct State {
   custream::Device device{0};
   custream::Stream stream{device, custream::StreamFlags::non_blocking};
   custream::DeviceBuffer buffer{4, device};
-  custream::Graph small_graph;          // one memset node: works on the emulator too
-  custream::Graph other_graph;          // the same with another value (for updates)
-  custream::Kernel noop;                // empty when the driver cannot load modules
-  std::vector<custream::Graph> graphs;  // custream 1,000-kernel graphs
-  std::vector<std::pair<CUgraph, CUgraphExec>> raw_graphs;  // raw 1,000-kernel graphs
-
-  void drop_graphs() {
-    const auto& api = custream::testing::driver();
-    graphs.clear();
-    for (auto& [g, e] : raw_graphs) {
-      api.cuGraphExecDestroy(e);
-      api.cuGraphDestroy(g);
-    }
-    raw_graphs.clear();
-  }
+  custream::Graph small_graph;  // one memset node: works on the emulator too
+  custream::Graph other_graph;  // the same with another value (for updates)
+  custream::Kernel noop;        // empty when the driver cannot load modules
+  KeptGraphs kept;              // the 1,000-kernel graphs
 };
 
 }  // namespace
+
+void KeptGraphs::drop() {
+  const auto& api = custream::testing::driver();
+  graphs.clear();
+  for (auto& [g, e] : raw_graphs) {
+    api.cuGraphExecDestroy(e);
+    api.cuGraphDestroy(g);
+  }
+  raw_graphs.clear();
+}
+
+void set_capture_bodies(Case& c, const custream::Stream& stream, CUfunction f, KeptGraphs& kept,
+                        std::function<custream::Graph()> capture) {
+  const auto& api = custream::testing::driver();
+  c.raw = [&api, s = stream.handle(), f, &kept](int n) {
+    for (int i = 0; i < n; ++i) {
+      auto ge = raw_capture(s, f, true);
+      check(api.cuGraphLaunch(ge.second, s), "cuGraphLaunch");
+      check(api.cuStreamSynchronize(s), "cuStreamSynchronize");
+      kept.raw_graphs.push_back(ge);
+    }
+  };
+  c.ours = [&stream, &kept, capture = std::move(capture)](int n) {
+    for (int i = 0; i < n; ++i) {
+      custream::Graph g = capture();
+      g.launch(stream);
+      stream.synchronize();
+      kept.graphs.push_back(std::move(g));
+    }
+  };
+  c.between = [&kept] { kept.drop(); };
+}
 
 std::pair<CUgraph, CUgraphExec> raw_capture(CUstream s, CUfunction f, bool upload) {
   const auto& api = custream::testing::driver();
@@ -371,25 +392,8 @@ void add_graph_cases(std::vector<Case>& cases) {
     State& st = state();
     c.skip = load_kernel();
     if (!c.skip.empty()) return;
-    const auto& api = custream::testing::driver();
-    c.raw = [&api, s = st.stream.handle(), f = st.noop.handle()](int n) {
-      for (int i = 0; i < n; ++i) {
-        auto ge = raw_capture(s, f, true);
-        check(api.cuGraphLaunch(ge.second, s), "cuGraphLaunch");
-        check(api.cuStreamSynchronize(s), "cuStreamSynchronize");
-        state().raw_graphs.push_back(ge);
-      }
-    };
-    c.ours = [](int n) {
-      State& st = state();
-      for (int i = 0; i < n; ++i) {
-        custream::Graph g = ours_capture(st);
-        g.launch(st.stream);
-        st.stream.synchronize();
-        st.graphs.push_back(std::move(g));
-      }
-    };
-    c.between = [] { state().drop_graphs(); };
+    set_capture_bodies(c, st.stream, st.noop.handle(), st.kept,
+                       [] { return ours_capture(state()); });
     c.note = [](const Case&) { return first_vs_repeat(state()); };
   };
   cases.push_back(std::move(graph));

@@ -3059,21 +3059,29 @@ TEST_CASE("kernels: parameter offsets and sizes from the PTX", "[conformance][li
   CU_CHECK_EQ(api().cuKernelGetParamInfo(add, 2, &offset, &size), CUDA_ERROR_INVALID_VALUE);
 }
 
-TEST_CASE("kernels: parameter offsets follow the PTX alignment", "[conformance][library]") {
-  REQUIRE_LIBRARIES();
-  LibraryHandle lib;
-  CUkernel mixed = lib.kernel("lib_mixed");  // (.u32 a, .u64 b, .align 8 .b8 s[12], .u16 c)
+// Checks the (offset, size) of each parameter of `k` (cuKernelGetParamInfo, with the primary
+// context current, as the H200 needs), and that the index past the last, and SIZE_MAX, are
+// CUDA_ERROR_INVALID_VALUE.
+void check_param_layout(CUkernel k, const std::vector<std::pair<size_t, size_t>>& expected) {
   PrimaryScope scope;
-  const std::pair<size_t, size_t> expected[] = {{0, 4}, {8, 8}, {16, 12}, {28, 2}};
-  for (size_t i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < expected.size(); ++i) {
     size_t offset = 777, size = 777;
     INFO(i);
-    CU_OK(api().cuKernelGetParamInfo(mixed, i, &offset, &size));
+    CU_OK(api().cuKernelGetParamInfo(k, i, &offset, &size));
     CHECK(offset == expected[i].first);
     CHECK(size == expected[i].second);
   }
-  size_t offset = 0, size = 0;
-  CU_CHECK_EQ(api().cuKernelGetParamInfo(mixed, 4, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+  size_t offset = 777, size = 777;
+  CU_CHECK_EQ(api().cuKernelGetParamInfo(k, expected.size(), &offset, &size),
+              CUDA_ERROR_INVALID_VALUE);
+  CU_CHECK_EQ(api().cuKernelGetParamInfo(k, SIZE_MAX, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_CASE("kernels: parameter offsets follow the PTX alignment", "[conformance][library]") {
+  REQUIRE_LIBRARIES();
+  LibraryHandle lib;
+  // (.u32 a, .u64 b, .align 8 .b8 s[12], .u16 c)
+  check_param_layout(lib.kernel("lib_mixed"), {{0, 4}, {8, 8}, {16, 12}, {28, 2}});
 }
 
 TEST_CASE("libraries: variables per context, managed variables for every context",
@@ -3580,19 +3588,7 @@ TEST_CASE("kernels: cuKernelGetParamInfo of (.u64, .u32, .f32, .u64) parameters"
           "[conformance][library]") {
   REQUIRE_LIBRARIES();
   LibraryHandle lib(kParamsPtx);
-  CUkernel k = lib.kernel("lib_params");
-  PrimaryScope scope;
-  const std::pair<size_t, size_t> expected[] = {{0, 8}, {8, 4}, {12, 4}, {16, 8}};
-  for (size_t i = 0; i < 4; ++i) {
-    size_t offset = 777, size = 777;
-    INFO(i);
-    CU_OK(api().cuKernelGetParamInfo(k, i, &offset, &size));
-    CHECK(offset == expected[i].first);
-    CHECK(size == expected[i].second);
-  }
-  size_t offset = 777, size = 777;
-  CU_CHECK_EQ(api().cuKernelGetParamInfo(k, 4, &offset, &size), CUDA_ERROR_INVALID_VALUE);
-  CU_CHECK_EQ(api().cuKernelGetParamInfo(k, SIZE_MAX, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+  check_param_layout(lib.kernel("lib_params"), {{0, 8}, {8, 4}, {12, 4}, {16, 8}});
 }
 
 TEST_CASE("cuFuncGetAttribute: a library's function answers its kernel's attributes",
