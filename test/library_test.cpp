@@ -534,3 +534,31 @@ TEST_CASE("graphs hold the libraries they may launch: raw handles, foreign captu
   s.synchronize();
   CHECK(host == 7);
 }
+
+TEST_CASE("loading, launching, capturing and unloading libraries many times leaks nothing",
+          "[library][graph][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  register_add();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  custream::DeviceBuffer cell(sizeof(int), Device(0));
+  s.memset32(cell.get(), 0, 1);
+  s.synchronize();
+  const long before = live_objects();
+  for (int i = 0; i < 200; ++i) {
+    custream::Graph g;
+    {
+      Library lib = Library::from_ptx(ptx(1000 + i % 3), LibraryCache::bypass);
+      s.begin_capture();
+      lib.kernel("library_add").launch(s, {1}, {1}, 0, cell.get(), 1);
+      g = s.end_capture();
+    }
+    g.launch(s);
+  }
+  s.synchronize();
+  int host = 0;
+  s.copy(&host, cell.get(), sizeof host);
+  s.synchronize();
+  CHECK(host == 200);
+  if (custream_test::emulated()) CHECK(live_objects() == before);
+}
