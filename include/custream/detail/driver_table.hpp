@@ -88,6 +88,13 @@
   X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, true)                                   \
   X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, true)                                   \
   X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, false)                                  \
+  X(cuMemHostAlloc, cuMemHostAlloc, 2020, false)                                        \
+  X(cuMemFreeHost, cuMemFreeHost, 2000, false)                                          \
+  X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer, 3020, false)                  \
+  X(cuStreamWriteValue32, cuStreamWriteValue32, 11070, false)                           \
+  X(cuStreamWriteValue64, cuStreamWriteValue64, 11070, false)                           \
+  X(cuStreamWaitValue32, cuStreamWaitValue32, 11070, false)                             \
+  X(cuStreamWaitValue64, cuStreamWaitValue64, 11070, false)                             \
   X(cuGraphCreate, cuGraphCreate, 10000, false)                                         \
   X(cuGraphDestroy, cuGraphDestroy, 10000, true)                                        \
   X(cuGraphGetNodes, cuGraphGetNodes, 10000, true)                                      \
