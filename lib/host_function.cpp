@@ -30,6 +30,12 @@ void report(const HostFunctionError& error) noexcept {
   HandlerSlot::instance().report(&default_host_function_error_handler, error);
 }
 
+}  // namespace
+
+void detail::report_host_function_error(const HostFunctionError& error) noexcept { report(error); }
+
+namespace {
+
 // --- Trampolines: run on the driver's host-function thread (invariant 5) ---
 
 struct TaskDeleter {

@@ -6,6 +6,8 @@
 
 #include <mutex>
 
+#include "custream/host_function_error.hpp"
+
 namespace custream::detail {
 
 /// Makes every host node of `graph` that runs the run-once trampoline graph-owned: a heap
@@ -17,6 +19,10 @@ namespace custream::detail {
 /// payloads not yet moved are freed; a graph not owned keeps them (they leak rather than
 /// dangle). @throws Error naming the failing driver call.
 void own_run_once_nodes(CUgraph graph, bool owned);
+
+/// Hands `error` to the process's host-function error handler (invariant 6); the completion
+/// engine reports its callbacks' exceptions here too. Never throws.
+void report_host_function_error(const HostFunctionError& error) noexcept;
 
 /// Held by every cold-path host-function enqueue from its capture query to its launch, and by
 /// custream's begin and end of a capture around the driver call (invariant 10).

@@ -7,6 +7,7 @@
 #include "custream/capture_mode.hpp"
 #include "custream/capture_scope.hpp"
 #include "custream/capture_status.hpp"
+#include "custream/completions.hpp"
 #include "custream/context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"

@@ -1,0 +1,155 @@
+/// @file
+/// custream::Completions: being told when GPU work is done without a host function.
+#pragma once
+
+#include <cuda.h>
+
+#include <chrono>
+#include <cstddef>
+#include <future>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "custream/stream_ref.hpp"
+
+namespace custream {
+
+namespace detail {
+/// The engine behind a Completions (lib/completions.cpp).
+class CompletionEngine;
+
+/// One registration: a type-erased callable, run once and destroyed once.
+struct CompletionTask {
+  /// Runs the callable with the stream's result (CUDA_SUCCESS, or the driver's error).
+  void (*invoke)(CompletionTask* self, CUresult result);
+  /// Destroys the callable and frees the task, never calling the driver.
+  void (*destroy)(CompletionTask* self) noexcept;
+  StreamRef view;             // the stream registered on, for errors
+  CUstream stream = nullptr;  // its handle (the watcher's queue)
+  int device = -1;            // its device (-1 for a special handle)
+  CUevent event = nullptr;    // recorded at registration (the engine's)
+  bool pooled = false;        // the event returns to its device's pool
+  bool immediate = false;     // runs on the completion thread whatever the delivery (no user code)
+  CUresult result = CUDA_SUCCESS;  // the stream's result, once complete
+  CompletionTask* next = nullptr;
+};
+
+/// Throws the Error of a completion whose stream failed, for a callback that takes no result.
+[[noreturn]] void throw_completion_failure(CUresult result, CUstream stream, int device);
+
+/// A registration's callable, stored in its task.
+template <typename F>
+struct CompletionTaskOf final : CompletionTask {
+  explicit CompletionTaskOf(F&& f) : fn(std::forward<F>(f)) {
+    invoke = [](CompletionTask* self, CUresult result) {
+      auto& fn_ = static_cast<CompletionTaskOf*>(self)->fn;
+      if constexpr (std::is_invocable_v<std::decay_t<F>&, CUresult>) {
+        fn_(result);
+      } else {
+        if (result != CUDA_SUCCESS) throw_completion_failure(result, self->stream, self->device);
+        fn_();
+      }
+    };
+    destroy = [](CompletionTask* self) noexcept { delete static_cast<CompletionTaskOf*>(self); };
+  }
+  std::decay_t<F> fn;
+};
+}  // namespace detail
+
+/// Where the callbacks of a Completions run.
+enum class CompletionDelivery : unsigned char {
+  /// On the engine's completion thread (never the driver's host-function thread), in
+  /// registration order per stream.
+  thread,
+  /// On the thread that calls Completions::run_ready(), which the engine signals through a
+  /// Linux eventfd (Completions::eventfd()): for epoll, io_uring, Asio and libuv loops.
+  caller,
+};
+
+/// How a Completions watches.
+struct CompletionOptions {
+  /// Where callbacks run.
+  CompletionDelivery delivery = CompletionDelivery::thread;
+  /// How long the watcher spins on pending work without seeing any completion before it backs
+  /// off (to sleeps growing from 50 µs to 1 ms); with nothing pending it sleeps until a
+  /// registration wakes it, using no CPU.
+  std::chrono::microseconds spin{2000};
+};
+
+/// Tells you when the work enqueued so far on a stream is done, without putting a host node
+/// in the stream: each registration records an event on the stream (no stall: ~0.2 µs between
+/// two kernels on an H200, against ~41 µs for a host function), and a watcher thread of custream's
+/// queries the pending events, spinning while any is pending, so a callback starts a few
+/// microseconds after the work ends instead of the ~36 µs of the driver's host-function thread.
+///
+/// @code
+/// custream::Completions& done = custream::Completions::standard();
+/// kernel.launch(stream, grid, block, 0, args...);
+/// done.when_done(stream, [&] { publish(result); });        // on custream's completion thread
+/// std::future<void> ready = done.future(stream);           // or a future
+/// @endcode
+///
+/// Callbacks take nothing, or the stream's result (`void(CUresult)`): CUDA_SUCCESS, or the
+/// driver's error when the stream's work failed (a sticky error). A callback that takes nothing
+/// is not run after a failure; the error goes to the host-function error handler instead, as
+/// does anything a callback throws. A future becomes ready, or holds an Error. A callback may
+/// register further completions. Each callable is destroyed exactly once, after it ran (or was
+/// not run), on the thread that ran it or the completion thread.
+///
+/// Registration on a capturing stream is refused (the notification would be a node of the
+/// graph, not of this launch): register after `graph.launch(stream)`, or put a host function in
+/// the graph. Destroying a Completions waits for every pending registration and runs it (on the
+/// destroying thread for CompletionDelivery::caller), so none is lost or run twice; a stream
+/// may be destroyed with registrations pending (they run when its work is done).
+/// Thread-safe: any thread may register.
+class Completions {
+ public:
+  /// Starts an engine with its watcher thread. @throws Error (CUDA_ERROR_OPERATING_SYSTEM) when
+  /// the thread or the eventfd cannot be made.
+  explicit Completions(CompletionOptions options = {});
+  /// Waits for every pending registration and runs it (see the class). Never throws.
+  ~Completions();
+  Completions(const Completions&) = delete;
+  Completions& operator=(const Completions&) = delete;
+
+  /// The process-wide engine (thread delivery), made on first use and never destroyed; at
+  /// process exit its watcher stops, and registrations still pending are abandoned (neither
+  /// run nor destroyed: their work may still be running).
+  static Completions& standard();
+
+  /// Calls `callback` (`void()` or `void(CUresult)`) once the work enqueued so far on `stream`
+  /// is done. One cuEventRecord on the stream, in the stream's context (or the current one for
+  /// a special handle).
+  /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) saying what to do when the stream
+  /// captures (also a capture begun by foreign code); Error naming the stream when the driver
+  /// refuses the record, or (CUDA_ERROR_INVALID_CONTEXT) when a special handle has no current
+  /// context. The callback is destroyed, not run, when this throws.
+  template <typename F>
+  void when_done(const StreamRef& stream, F&& callback) {
+    static_assert(
+        std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, CUresult>,
+        "a completion callback takes nothing or the stream's CUresult");
+    register_task(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
+  }
+
+  /// A future that becomes ready once the work enqueued so far on `stream` is done, or holds an
+  /// Error naming the stream when it failed. @throws as when_done.
+  std::future<void> future(const StreamRef& stream);
+
+  /// For CompletionDelivery::caller: a Linux eventfd (non-blocking, close-on-exec, owned by
+  /// this object) that is readable while callbacks are ready for run_ready(); -1 with thread
+  /// delivery.
+  int eventfd() const noexcept;
+  /// Runs the callbacks ready so far on this thread (clearing the eventfd) and returns how
+  /// many ran; 0 with thread delivery.
+  std::size_t run_ready();
+  /// Registrations not yet run (pending on the GPU, or ready for run_ready()).
+  std::size_t pending() const noexcept;
+
+ private:
+  void register_task(const StreamRef& stream, detail::CompletionTask* task);
+  std::unique_ptr<detail::CompletionEngine> engine_;
+};
+
+}  // namespace custream

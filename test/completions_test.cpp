@@ -1,0 +1,292 @@
+// custream::Completions: callbacks, futures and the eventfd after the stream's work, in order,
+// never early, each callable run and destroyed once; capture refused; errors delivered; nothing
+// lost when an engine or a stream goes. Design: docs/design/completions.md.
+#include "custream/completions.hpp"
+
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "custream/context.hpp"
+#include "custream/device.hpp"
+#include "custream/device_buffer.hpp"
+#include "custream/graph.hpp"
+#include "custream/host_function.hpp"
+#include "custream/host_function_error_handler.hpp"
+#include "custream/stream.hpp"
+#include "emu/emu_control.h"
+#include "test_support.hpp"
+
+using custream::CompletionDelivery;
+using custream::CompletionOptions;
+using custream::Completions;
+using custream::Device;
+using custream::Stream;
+using custream::StreamFlags;
+using custream_test::expect_error;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Holds a stream at a host function until opened: work after it is not done before.
+class Gate {
+ public:
+  explicit Gate(const Stream& s) {
+    s.launch_host_func([this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      entered_ = true;
+      changed_.notify_all();
+      changed_.wait(lock, [this] { return open_; });
+    });
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return entered_; });
+  }
+  ~Gate() { open(); }
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+// Waits up to 10 s for `done`.
+template <typename Pred>
+bool eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+
+// Counts constructions and destructions of the callables' captures.
+struct Tracked {
+  static inline std::atomic<long> made{0};
+  static inline std::atomic<long> gone{0};
+  Tracked() { made.fetch_add(1); }
+  Tracked(const Tracked&) { made.fetch_add(1); }
+  Tracked(Tracked&&) noexcept { made.fetch_add(1); }
+  ~Tracked() { gone.fetch_add(1); }
+};
+
+}  // namespace
+
+TEST_CASE("completions run after the stream's work, in order, on custream's thread",
+          "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  Completions engine;
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::vector<int> order;
+  std::mutex order_mutex;
+  std::atomic<int> ran{0};
+  std::thread::id ran_on;
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  {
+    Gate gate(s);
+    for (int i = 0; i < 100; ++i) {
+      engine.when_done(s, [i, &order, &order_mutex, &ran, &ran_on, t = Tracked{}] {
+        std::lock_guard<std::mutex> lock(order_mutex);
+        order.push_back(i);
+        ran_on = std::this_thread::get_id();
+        ran.fetch_add(1);
+      });
+    }
+    std::this_thread::sleep_for(20ms);
+    CHECK(ran.load() == 0);  // never early: the gate holds the stream
+    CHECK(engine.pending() == 100);
+  }
+  REQUIRE(eventually([&] { return ran.load() == 100; }));
+  std::vector<int> expected(100);
+  for (int i = 0; i < 100; ++i) expected[i] = i;
+  CHECK(order == expected);
+  CHECK(ran_on != std::this_thread::get_id());
+  REQUIRE(eventually([&] { return engine.pending() == 0; }));
+  CHECK(Tracked::made.load() == Tracked::gone.load());  // each capture destroyed once
+
+  // A future, and a callback that registers another from inside.
+  std::future<void> f = engine.future(s);
+  CHECK(f.wait_for(10s) == std::future_status::ready);
+  f.get();
+  std::atomic<bool> inner{false};
+  engine.when_done(s, [&] { engine.when_done(s, [&] { inner = true; }); });
+  CHECK(eventually([&] { return inner.load(); }));
+}
+
+TEST_CASE("completions delivered to the caller through an eventfd", "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  Completions engine(CompletionOptions{CompletionDelivery::caller});
+  REQUIRE(engine.eventfd() >= 0);
+  CHECK(Completions().eventfd() == -1);
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::vector<std::thread::id> ran_on;
+  std::future<void> f;
+  {
+    Gate gate(s);
+    for (int i = 0; i < 3; ++i) {
+      engine.when_done(s, [&] { ran_on.push_back(std::this_thread::get_id()); });
+    }
+    f = engine.future(s);
+    pollfd p{engine.eventfd(), POLLIN, 0};
+    CHECK(::poll(&p, 1, 20) == 0);  // nothing ready while the gate holds the stream
+    CHECK(engine.run_ready() == 0);
+  }
+  pollfd p{engine.eventfd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  CHECK(f.wait_for(10s) == std::future_status::ready);  // futures need no run_ready
+  REQUIRE(eventually([&] {
+    engine.run_ready();
+    return ran_on.size() == 3;
+  }));
+  for (const auto& id : ran_on) CHECK(id == std::this_thread::get_id());
+  CHECK(engine.pending() == 0);
+  CHECK(::poll(&p, 1, 0) == 0);  // cleared
+}
+
+TEST_CASE("completions refuse a capturing stream, also a foreign capture", "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  Completions engine;
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  const custream::DeviceBuffer buffer(4, Device(0));
+  s.begin_capture();
+  expect_error([&] { engine.when_done(s, [t = Tracked{}] {}); },
+               CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "register after graph.launch(stream)");
+  CHECK(Tracked::made.load() == Tracked::gone.load());  // destroyed, not run
+  s.memset32(buffer.get(), 0, 1);
+  custream::Graph g = s.end_capture();  // the capture stayed valid
+  const auto& api = custream::detail::api();
+  REQUIRE(api.cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  expect_error([&] { (void)engine.future(s); }, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "capturing");
+  CUgraph raw = nullptr;
+  REQUIRE(api.cuStreamEndCapture(s.handle(), &raw) == CUDA_SUCCESS);
+  api.cuGraphDestroy(raw);
+  g.launch(s);
+  CHECK(engine.future(s).wait_for(10s) == std::future_status::ready);
+}
+
+TEST_CASE("completion errors: a throwing callback, a failed stream, every device and context",
+          "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  Completions engine;
+  std::mutex m;
+  std::vector<std::string> reported;
+  const auto previous =
+      custream::set_host_function_error_handler([&](const custream::HostFunctionError& e) {
+        std::lock_guard<std::mutex> lock(m);
+        reported.push_back(e.message());
+      });
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  engine.when_done(s, [] { throw std::runtime_error("completion boom"); });
+  CHECK(eventually([&] {
+    std::lock_guard<std::mutex> lock(m);
+    return !reported.empty();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    CHECK(reported.at(0).find("completion boom") != std::string::npos);
+    reported.clear();
+  }
+  if (custream_test::emulated()) {
+    // The watcher's query fails: every kind of registration completes with that error.
+    auto fail =
+        custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+    std::atomic<CUresult> seen{CUDA_SUCCESS};
+    std::atomic<bool> plain_ran{false};
+    Gate gate(s);
+    engine.when_done(s, [&](CUresult r) { seen = r; });
+    engine.when_done(s, [&] { plain_ran = true; });
+    std::future<void> f = engine.future(s);
+    fail("cuEventQuery", 1, CUDA_ERROR_LAUNCH_FAILED);
+    fail("cuEventQuery", 2, CUDA_ERROR_LAUNCH_FAILED);
+    fail("cuEventQuery", 3, CUDA_ERROR_LAUNCH_FAILED);
+    REQUIRE(eventually([&] { return seen.load() != CUDA_SUCCESS; }));
+    CHECK(seen.load() == CUDA_ERROR_LAUNCH_FAILED);
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    expect_error([&] { f.get(); }, CUDA_ERROR_LAUNCH_FAILED, "the stream's work failed");
+    CHECK(eventually([&] {
+      std::lock_guard<std::mutex> lock(m);
+      return !reported.empty();
+    }));
+    CHECK_FALSE(plain_ran.load());
+    std::lock_guard<std::mutex> lock(m);
+    CHECK(reported.at(0).find("CUDA_ERROR_LAUNCH_FAILED") != std::string::npos);
+  }
+  custream::set_host_function_error_handler(previous);
+
+  // Every device, a created context's stream, and the per-thread stream with no context current.
+  for (int d = 0; d < Device::count(); ++d) {
+    const Stream other(Device(d), StreamFlags::non_blocking);
+    CHECK(engine.future(other).wait_for(10s) == std::future_status::ready);
+  }
+  if (custream::detail::api().cuCtxCreate != nullptr) {
+    const custream::Context created = custream::Context::create(Device(0));
+    const Stream cs(created, StreamFlags::non_blocking);
+    CHECK(engine.future(cs).wait_for(10s) == std::future_status::ready);
+  }
+  std::thread([&] {
+    CHECK(engine.future(Stream::per_thread()).wait_for(10s) == std::future_status::ready);
+  }).join();
+}
+
+TEST_CASE("completions: nothing lost or run twice when an engine or a stream goes",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::atomic<int> ran{0};
+  auto s = std::make_unique<Stream>(Device(0), StreamFlags::non_blocking);
+  auto gate = std::make_unique<Gate>(*s);
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(30ms);
+    opened = true;
+    gate->open();
+  });
+  {
+    Completions engine;
+    for (int i = 0; i < 10; ++i) engine.when_done(*s, [&ran, t = Tracked{}] { ran++; });
+    s.reset();  // the stream goes with registrations pending: they still run
+  }             // the engine goes with registrations pending: its destructor waits, runs them
+  CHECK(opened.load());
+  opener.join();
+  CHECK(ran.load() == 10);
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+
+  // Many threads on many streams: every callback exactly once.
+  Completions engine;
+  constexpr int kThreads = 8, kEach = 2000;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < kThreads; ++i) {
+    streams.push_back(std::make_unique<Stream>(Device(0), StreamFlags::non_blocking));
+  }
+  std::vector<std::atomic<int>> hits(kThreads * kEach);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        engine.when_done(*streams[t], [&hits, k = t * kEach + i] { hits[k].fetch_add(1); });
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  REQUIRE(eventually([&] { return engine.pending() == 0; }));
+  int once = 0;
+  for (auto& h : hits) once += h.load() == 1;
+  CHECK(once == kThreads * kEach);
+}
