@@ -139,6 +139,22 @@ bool attribute_value(CUdevice_attribute a, CUdevice dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
       *v = 1;
       return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+      *v = 1;
+      return true;
+    // Stream memory operations (memops.cpp): the v2 ones with 64-bit words and NOR; not the
+    // v1 ABIs (the H200 reads 0 for them, unless the kernel module enables them), and no
+    // remote-write flush.
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+      *v = 0;
+      return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+      *v = 1;
+      return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED:
       *v = 0;
       return true;

@@ -49,6 +49,15 @@
 //     It keeps the handles of the function launched, of its library's kernel and of the
 //     stream's context as values for cuGraphKernelNodeGetParams to hand back (stale after an
 //     unload, as a driver's are), never dereferenced.
+// 12. Device memory is host memory and a device pointer is its host address. cuMemHostAlloc's
+//     memory (State::host_allocations) is mapped: its device pointer is the same address, as on
+//     the H200 with unified addressing, so every memory function (memset, memcpy, kernels,
+//     stream memory operations) reaches it through either pointer. A stream memory operation
+//     (memops.cpp) is a Work of type BATCH_MEM_OP: a write is a release store made when the
+//     stream's worker reaches it, so a thread that acquire-loads the word also sees what the
+//     stream did before; a wait re-reads the word on the worker (acquire loads, no lock held)
+//     until its condition holds: it holds back that stream and whatever waits for it, never
+//     the emulator.
 #pragma once
 
 #include <cuda.h>
@@ -132,6 +141,11 @@ struct Work {
   std::shared_ptr<EventState> event;
   // kernel: the launch (arguments copied at launch; the CPU implementation registered then)
   std::shared_ptr<const KernelLaunch> kernel;
+  // stream memory operation (type BATCH_MEM_OP, memops.cpp): cuStreamWriteValue32/64 or
+  // cuStreamWaitValue32/64 on the word at dst
+  CUstreamBatchMemOpType memop = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  cuuint64_t memop_value = 0;
+  unsigned memop_flags = 0;  // the wait's condition (CUstreamWaitValue_flags)
 };
 
 /// Runs a kernel launch: its registered CPU implementation, or nothing (module.cpp).
@@ -142,8 +156,13 @@ bool kernel_code_unloaded(const KernelLaunch& k);
 /// configuration, handles, and its copies of the arguments (owned by the launch, so valid while
 /// a graph holds it).
 void kernel_node_params(const KernelLaunch& k, CUDA_KERNEL_NODE_PARAMS_v2* out);
-/// Executes the data part of a Work (memset, memcpy, kernel, free) on the calling thread.
+/// Executes the data part of a Work (memset, memcpy, kernel, memory operation, free) on the
+/// calling thread, without State::mu (a wait-value operation may block until another thread
+/// writes the word).
 void execute_data_work(const Work& w);
+/// Runs a stream memory operation (memops.cpp): a release store of the value, or a wait that
+/// re-reads the word (acquire loads) until the condition holds.
+void run_mem_op(const Work& w);
 /// Runs a host Work on the shared callback thread and returns when it has run.
 /// Must be called without State::mu held.
 void run_host_work(const Work& w);
@@ -270,6 +289,8 @@ struct State {
   std::unordered_set<const void*> streams, events, graphs, nodes, execs, modules;
   std::unordered_set<const void*> libraries, kernels;  // invariant 10
   std::map<CUdeviceptr, size_t> allocations;
+  /// cuMemHostAlloc's allocations: host address -> size (invariant 12).
+  std::map<std::uintptr_t, size_t> host_allocations;
   std::map<unsigned long long, std::weak_ptr<EventState>> ipc_events;
   std::set<std::shared_ptr<Capture>> captures;  // active or invalidated, not yet ended
   unsigned long long next_id = 1;
@@ -375,6 +396,7 @@ void register_context_entries(std::vector<Entry>& out);
 void register_stream_entries(std::vector<Entry>& out);
 void register_event_entries(std::vector<Entry>& out);
 void register_memory_entries(std::vector<Entry>& out);
+void register_memop_entries(std::vector<Entry>& out);
 void register_capture_entries(std::vector<Entry>& out);
 void register_graph_entries(std::vector<Entry>& out);
 void register_user_object_entries(std::vector<Entry>& out);

@@ -215,6 +215,8 @@ const char* type_name(CUgraphNodeType t) {
       return "EVENT_RECORD";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return "WAIT_EVENT";
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      return "BATCH_MEM_OP";
     default:
       return "UNKNOWN";
   }
@@ -253,6 +255,12 @@ CUresult graph_debug_dot_print(CUgraph h, const char* path, unsigned int flags) 
             std::snprintf(buf, sizeof buf, "\\ndst 0x%llx\\nsrc 0x%llx\\nbytes %zu",
                           static_cast<unsigned long long>(w.dst),
                           static_cast<unsigned long long>(w.src), w.bytes);
+            label += buf;
+            break;
+          case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+            std::snprintf(buf, sizeof buf, "\\noperation %d\\naddress 0x%llx\\nvalue %llu",
+                          static_cast<int>(w.memop), static_cast<unsigned long long>(w.dst),
+                          static_cast<unsigned long long>(w.memop_value));
             label += buf;
             break;
           default:

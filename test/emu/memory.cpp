@@ -1,4 +1,6 @@
-// Device memory backed by host memory: allocation, stream-ordered memset and memcpy.
+// Device memory backed by host memory: allocation, host-mapped memory, stream-ordered memset
+// and memcpy.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -37,16 +39,10 @@ CUresult mem_alloc_v1(CUdeviceptr_v1* dptr, unsigned int) {
   return CUDA_ERROR_NOT_SUPPORTED;  // 32-bit device pointers cannot hold host addresses
 }
 
-CUresult mem_free(CUdeviceptr p) {
-  EMU_ENTER("cuMemFree");
-  if (p == 0) return CUDA_SUCCESS;
+// Waits (releasing the lock) for the work submitted so far to every stream: a free
+// synchronises with outstanding work, which may still use the memory.
+void wait_outstanding_work(std::unique_lock<std::mutex>& lk) {
   State& s = state();
-  std::unique_lock<std::mutex> lk(s.mu);
-  auto it = s.allocations.find(p);
-  if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-  s.allocations.erase(it);
-  s.live.fetch_sub(1);
-  // cuMemFree synchronises with outstanding work (the memory may still be in use).
   std::vector<SignalPtr> tails;
   for (Context* primary : s.primary) {
     for (Context* c : covered_contexts(primary)) {  // with its green contexts
@@ -60,6 +56,18 @@ CUresult mem_free(CUdeviceptr p) {
       if (!t->done) return false;
     return true;
   });
+}
+
+CUresult mem_free(CUdeviceptr p) {
+  EMU_ENTER("cuMemFree");
+  if (p == 0) return CUDA_SUCCESS;
+  State& s = state();
+  std::unique_lock<std::mutex> lk(s.mu);
+  auto it = s.allocations.find(p);
+  if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  s.allocations.erase(it);
+  s.live.fetch_sub(1);
+  wait_outstanding_work(lk);
   lk.unlock();
   std::free(reinterpret_cast<void*>(p));
   return CUDA_SUCCESS;
@@ -103,6 +111,76 @@ CUresult mem_free_async(CUdeviceptr p, CUstream h) {
   s.allocations.erase(p);
   s.live.fetch_sub(1);
   return CUDA_SUCCESS;
+}
+
+// ---- host-mapped memory (invariant 12) ----
+
+constexpr unsigned kHostAllocFlags =
+    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+
+// The host allocation that contains address p, or end() (mu held).
+std::map<std::uintptr_t, size_t>::const_iterator host_allocation_of(const void* p) {
+  const auto& m = state().host_allocations;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  auto it = m.upper_bound(addr);
+  if (it == m.begin()) return m.end();
+  --it;
+  return addr - it->first < it->second ? it : m.end();
+}
+
+// Host memory, every flag accepted (the emulator's host memory is device-accessible whatever
+// they say); like the H200, it needs a usable current context.
+CUresult mem_host_alloc(void** pp, size_t bytes, unsigned int flags) {
+  EMU_ENTER("cuMemHostAlloc");
+  if (!pp || bytes == 0 || (flags & ~kHostAllocFlags)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    Context* ctx = nullptr;
+    if (CUresult r = usable_current_context(&ctx)) return r;
+  }
+  CUdeviceptr p = allocate(bytes);  // outside the lock: it zeroes the memory
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.host_allocations[static_cast<std::uintptr_t>(p)] = bytes;
+  s.live.fetch_add(1);
+  *pp = reinterpret_cast<void*>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_free_host(void* p) {
+  EMU_ENTER("cuMemFreeHost");
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::unique_lock<std::mutex> lk(s.mu);
+  auto it = s.host_allocations.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == s.host_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  s.host_allocations.erase(it);
+  s.live.fetch_sub(1);
+  wait_outstanding_work(lk);  // a stream may still write or wait on it
+  lk.unlock();
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+// With unified addressing the device pointer is the host address (any address inside the
+// allocation); host memory cuMemHostAlloc did not make is refused.
+CUresult mem_host_get_device_pointer(CUdeviceptr* pdptr, void* p, unsigned int flags) {
+  EMU_ENTER("cuMemHostGetDevicePointer");
+  if (!pdptr || !p || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = usable_current_context(&ctx)) return r;
+  if (host_allocation_of(p) == s.host_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_host_get_device_pointer_v1(CUdeviceptr_v1* pdptr, void*, unsigned int) {
+  EMU_ENTER("cuMemHostGetDevicePointer");
+  if (pdptr) *pdptr = 0;
+  return CUDA_ERROR_NOT_SUPPORTED;  // 32-bit device pointers cannot hold host addresses
 }
 
 Work memset_work(CUdeviceptr dst, unsigned value, unsigned elem, size_t n) {
@@ -234,31 +312,36 @@ CUresult memcpy_dtod_async_v1(CUdeviceptr_v1, CUdeviceptr_v1, unsigned int, CUst
 }  // namespace
 
 void register_memory_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuMemAlloc, 2000, mem_alloc_v1),
-                            EMU_ENTRY(cuMemAlloc, 3020, mem_alloc),
-                            EMU_ENTRY(cuMemFree, 2000, mem_free_v1),
-                            EMU_ENTRY(cuMemFree, 3020, mem_free),
-                            EMU_ENTRY(cuMemAllocAsync, 11020, mem_alloc_async),
-                            EMU_ENTRY(cuMemFreeAsync, 11020, mem_free_async),
-                            EMU_ENTRY(cuMemsetD8Async, 3020, memset_d8_async),
-                            EMU_ENTRY(cuMemsetD32Async, 3020, memset_d32_async),
-                            EMU_ENTRY(cuMemsetD8, 2000, memset_d8_v1),
-                            EMU_ENTRY(cuMemsetD8, 3020, memset_d8),
-                            EMU_ENTRY(cuMemsetD32, 2000, memset_d32_v1),
-                            EMU_ENTRY(cuMemsetD32, 3020, memset_d32),
-                            EMU_ENTRY(cuMemcpyAsync, 4000, memcpy_async),
-                            EMU_ENTRY(cuMemcpyHtoDAsync, 2000, memcpy_htod_async_v1),
-                            EMU_ENTRY(cuMemcpyHtoDAsync, 3020, memcpy_htod_async),
-                            EMU_ENTRY(cuMemcpyDtoHAsync, 2000, memcpy_dtoh_async_v1),
-                            EMU_ENTRY(cuMemcpyDtoHAsync, 3020, memcpy_dtoh_async),
-                            EMU_ENTRY(cuMemcpyDtoDAsync, 3000, memcpy_dtod_async_v1),
-                            EMU_ENTRY(cuMemcpyDtoDAsync, 3020, memcpy_dtod_async),
-                            EMU_ENTRY(cuMemcpyHtoD, 2000, memcpy_htod_v1),
-                            EMU_ENTRY(cuMemcpyHtoD, 3020, memcpy_htod),
-                            EMU_ENTRY(cuMemcpyDtoH, 2000, memcpy_dtoh_v1),
-                            EMU_ENTRY(cuMemcpyDtoH, 3020, memcpy_dtoh),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuMemAlloc, 2000, mem_alloc_v1),
+                 EMU_ENTRY(cuMemAlloc, 3020, mem_alloc),
+                 EMU_ENTRY(cuMemFree, 2000, mem_free_v1),
+                 EMU_ENTRY(cuMemFree, 3020, mem_free),
+                 EMU_ENTRY(cuMemHostAlloc, 2020, mem_host_alloc),
+                 EMU_ENTRY(cuMemFreeHost, 2000, mem_free_host),
+                 EMU_ENTRY(cuMemHostGetDevicePointer, 2020, mem_host_get_device_pointer_v1),
+                 EMU_ENTRY(cuMemHostGetDevicePointer, 3020, mem_host_get_device_pointer),
+                 EMU_ENTRY(cuMemAllocAsync, 11020, mem_alloc_async),
+                 EMU_ENTRY(cuMemFreeAsync, 11020, mem_free_async),
+                 EMU_ENTRY(cuMemsetD8Async, 3020, memset_d8_async),
+                 EMU_ENTRY(cuMemsetD32Async, 3020, memset_d32_async),
+                 EMU_ENTRY(cuMemsetD8, 2000, memset_d8_v1),
+                 EMU_ENTRY(cuMemsetD8, 3020, memset_d8),
+                 EMU_ENTRY(cuMemsetD32, 2000, memset_d32_v1),
+                 EMU_ENTRY(cuMemsetD32, 3020, memset_d32),
+                 EMU_ENTRY(cuMemcpyAsync, 4000, memcpy_async),
+                 EMU_ENTRY(cuMemcpyHtoDAsync, 2000, memcpy_htod_async_v1),
+                 EMU_ENTRY(cuMemcpyHtoDAsync, 3020, memcpy_htod_async),
+                 EMU_ENTRY(cuMemcpyDtoHAsync, 2000, memcpy_dtoh_async_v1),
+                 EMU_ENTRY(cuMemcpyDtoHAsync, 3020, memcpy_dtoh_async),
+                 EMU_ENTRY(cuMemcpyDtoDAsync, 3000, memcpy_dtod_async_v1),
+                 EMU_ENTRY(cuMemcpyDtoDAsync, 3020, memcpy_dtod_async),
+                 EMU_ENTRY(cuMemcpyHtoD, 2000, memcpy_htod_v1),
+                 EMU_ENTRY(cuMemcpyHtoD, 3020, memcpy_htod),
+                 EMU_ENTRY(cuMemcpyDtoH, 2000, memcpy_dtoh_v1),
+                 EMU_ENTRY(cuMemcpyDtoH, 3020, memcpy_dtoh),
+             });
 }
 
 }  // namespace emu

@@ -66,6 +66,7 @@ const Table& table() {
     register_stream_entries(all);
     register_event_entries(all);
     register_memory_entries(all);
+    register_memop_entries(all);
     register_capture_entries(all);
     register_graph_entries(all);
     register_user_object_entries(all);

@@ -352,6 +352,9 @@ void execute_data_work(const Work& w) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
       if (w.kernel) run_kernel(*w.kernel);
       break;
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      run_mem_op(w);
+      break;
     default:
       break;
   }
