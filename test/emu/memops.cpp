@@ -111,7 +111,7 @@ CUresult wait_value64(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned i
 }
 
 // The CUDA 8.0 / 9.0 ABIs (the "v1" memory operations): a driver serves them only where
-// CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 is 1, which it is not on the H200.
+// CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 is 1; on the H200 (0) all four answer this.
 CUresult write_value32_v1(CUstream, CUdeviceptr, cuuint32_t, unsigned int) {
   EMU_ENTER("cuStreamWriteValue32");
   return CUDA_ERROR_NOT_SUPPORTED;

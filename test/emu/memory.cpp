@@ -132,12 +132,18 @@ std::map<std::uintptr_t, size_t>::const_iterator host_allocation_of(const void* 
 // they say); like the H200, it needs a usable current context.
 CUresult mem_host_alloc(void** pp, size_t bytes, unsigned int flags) {
   EMU_ENTER("cuMemHostAlloc");
-  if (!pp || bytes == 0 || (flags & ~kHostAllocFlags)) return CUDA_ERROR_INVALID_VALUE;
+  if (!pp || (flags & ~kHostAllocFlags)) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   {
     std::lock_guard<std::mutex> lk(s.mu);
     Context* ctx = nullptr;
     if (CUresult r = usable_current_context(&ctx)) return r;
+  }
+  // The H200 answers CUDA_SUCCESS for 0 bytes (unlike cuMemAlloc). What pointer it hands back
+  // was not recorded: NULL here, which cuMemFreeHost accepts as the H200 does.
+  if (bytes == 0) {
+    *pp = nullptr;
+    return CUDA_SUCCESS;
   }
   CUdeviceptr p = allocate(bytes);  // outside the lock: it zeroes the memory
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -150,7 +156,7 @@ CUresult mem_host_alloc(void** pp, size_t bytes, unsigned int flags) {
 
 CUresult mem_free_host(void* p) {
   EMU_ENTER("cuMemFreeHost");
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (!p) return CUDA_SUCCESS;  // as the H200 (and cuMemFree of 0)
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   auto it = s.host_allocations.find(reinterpret_cast<std::uintptr_t>(p));
