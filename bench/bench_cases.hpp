@@ -58,6 +58,10 @@ struct KeptGraphs {
 void set_capture_bodies(Case& c, const custream::Stream& stream, CUfunction f, KeptGraphs& kept,
                         std::function<custream::Graph()> capture);
 
+/// Registering a completion (custream::Completions) against the cuEventRecord it makes
+/// (docs/performance.md). Device 0.
+void add_completion_cases(std::vector<Case>& cases);
+
 /// Times `c`'s batches on `stream` parked: before each batch a host function that spins is
 /// enqueued and entered (the driver's host-function thread is in it, the stream cannot run),
 /// after it the gate opens and the stream is synchronized (both untimed). So an enqueueing

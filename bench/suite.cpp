@@ -329,6 +329,7 @@ std::vector<Case> all_cases() {
   add_graph_cases(cases);
   add_context_cases(cases);
   add_library_cases(cases);
+  add_completion_cases(cases);
   return cases;
 }
 

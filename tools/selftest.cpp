@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <future>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -338,6 +340,18 @@ struct DeviceChecks {
       lib.kernel("set_value").launch(stream, 1, 1, 0, buffer.get(), 43);
       const int v = read_int(stream, buffer.get());
       expect(v == 43, "the kernel wrote " + std::to_string(v));
+    });
+
+    row(t, d, "completion (callback and future, no host function)", [&] {
+      need_stream();
+      std::atomic<bool> called{false};
+      stream.memset32(buffer.get(), 7, 1);
+      custream::Completions::standard().when_done(stream, [&called] { called = true; });
+      std::future<void> done = custream::Completions::standard().future(stream);
+      expect(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready,
+             "the future was not ready after 10 s");
+      done.get();
+      expect(called.load(), "the callback had not run when the later future was ready");
     });
 
     if (!no_kernels.empty()) {

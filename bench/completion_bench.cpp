@@ -1,0 +1,57 @@
+// The completion cases of `custream bench` (docs/performance.md, "Completion notifications"):
+// the cost of registering a completion on the enqueueing thread, against the cuEventRecord it
+// makes. Device 0. Latency, stall, throughput and idle CPU: bench/completion_latency.cpp.
+#include <vector>
+
+#include "bench_cases.hpp"
+#include "custream/custream.hpp"
+#include "custream/testing.hpp"
+
+namespace custream_bench {
+namespace {
+
+/// What the completion cases share, made by the first that runs (never destroyed).
+struct CompletionState {
+  custream::Stream stream{custream::Device(0), custream::StreamFlags::non_blocking};
+  custream::Completions engine;
+  CUevent event = nullptr;
+};
+
+CompletionState& state() {
+  static CompletionState* s = [] {
+    custream::Device(0).make_current();
+    auto* st = new CompletionState;
+    check(custream::testing::driver().cuEventCreate(&st->event, CU_EVENT_DISABLE_TIMING),
+          "cuEventCreate");
+    return st;
+  }();
+  return *s;
+}
+
+}  // namespace
+
+void add_completion_cases(std::vector<Case>& cases) {
+  Case registration{"completion registration (callback)",
+                    {},
+                    {},
+                    {Target::Kind::raw_plus_abs, 60, 0},
+                    256,
+                    61,
+                    {},
+                    "cuEventRecord"};
+  registration.prepare = [](Case& c) {
+    CompletionState& st = state();
+    const auto& api = custream::testing::driver();
+    c.raw = [&api, e = st.event, s = st.stream.handle()](int n) {
+      for (int i = 0; i < n; ++i) api.cuEventRecord(e, s);
+    };
+    c.ours = [](int n) {
+      CompletionState& st = state();
+      for (int i = 0; i < n; ++i) st.engine.when_done(st.stream, [] {});
+    };
+    time_parked(c, st.stream.handle());
+  };
+  cases.push_back(std::move(registration));
+}
+
+}  // namespace custream_bench
