@@ -96,7 +96,8 @@ struct Mapped {
 volatile unsigned* u32(void* p) { return static_cast<volatile unsigned*>(p); }
 
 // One latency sample per call of `notify(done)`: it must arrange for `done(now)` to be called
-// when the kernel's work is done. Returns notification - reference, in µs.
+// when the kernel's work is done. The reference thread spins on the kernel's store before the
+// kernel may run. Returns notification - reference, in µs.
 std::vector<double> latencies(const custream::Stream& s, const custream::Kernel& gated, int samples,
                               const std::function<void(std::function<void(double)>)>& notify) {
   Mapped go(64), flag(64);
@@ -104,14 +105,18 @@ std::vector<double> latencies(const custream::Stream& s, const custream::Kernel&
   for (int i = 1; i <= samples; ++i) {
     const unsigned value = static_cast<unsigned>(i);
     std::atomic<double> reference{0}, told{0};
+    std::atomic<bool> spinning{false};
     gated.launch(s, {1}, {1}, 0, go.device, flag.device, value);
     notify([&](double t) { told.store(t); });
-    std::this_thread::sleep_for(std::chrono::microseconds(300));  // waiters are waiting
     std::thread spinner([&] {
+      spinning.store(true);
       while (*u32(flag.host) != value) {
       }
       reference.store(now_ns());
     });
+    while (!spinning.load()) {
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // waiters are waiting
     *u32(go.host) = value;  // the kernel stores the flag and ends
     spinner.join();
     while (told.load() == 0) {
@@ -192,14 +197,20 @@ int main(int argc, char** argv) {
                 }).detach();
               }));
 
-    std::printf("stall: the gap between two kernels' %%globaltimer stamps\n");
-    Mapped stamps(64);
+    std::printf(
+        "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so that "
+        "only the GPU's time counts\n");
+    Mapped stamps(64), gate_go(64), gate_flag(64);
+    unsigned gate_value = 0;
     auto gap = [&](const std::function<void()>& between) {
       std::vector<double> us;
       for (int i = 0; i < samples; ++i) {
+        ++gate_value;
+        gated.launch(s, {1}, {1}, 0, gate_go.device, gate_flag.device, gate_value);
         stamp.launch(s, {1}, {1}, 0, stamps.device);
         between();
         stamp.launch(s, {1}, {1}, 0, stamps.device + 8);
+        *u32(gate_go.host) = gate_value;
         s.synchronize();
         const auto* t = static_cast<volatile unsigned long long*>(stamps.host);
         us.push_back(static_cast<double>(t[1] - t[0]) / 1000.0);

@@ -38,24 +38,28 @@ void throw_completion_failure(CUresult result, CUstream stream, int device) {
 namespace {
 
 // Events of each device's primary context, reused across registrations (invariant 3): made once,
-// never destroyed (the primary contexts stay retained), shared by every engine.
+// never destroyed (the primary contexts stay retained), shared by every engine. Registering
+// threads take them from a cache of their own, refilled from the shared pool a batch at a time,
+// so that registrations on many threads do not meet on one mutex.
 class EventPool {
  public:
-  CUevent take(const Loaded& l, int device) {
+  static constexpr std::size_t kBatch = 64;
+
+  // Moves up to kBatch free events of `device` to `out`; makes one when there is none.
+  void refill(const Loaded& l, int device, std::vector<CUevent>& out) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto& free = free_[device];
-      if (!free.empty()) {
-        const CUevent e = free.back();
-        free.pop_back();
-        return e;
-      }
+      const std::size_t n = std::min(free.size(), kBatch);
+      out.insert(out.end(), free.end() - static_cast<std::ptrdiff_t>(n), free.end());
+      free.resize(free.size() - n);
     }
+    if (!out.empty()) return;
     ContextScope scope(primary_context(l, device));
     CUevent e = nullptr;
     call<&DriverApi::cuEventCreate>(device_subject(device), &e,
                                     static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
-    return e;
+    out.push_back(e);
   }
 
   void give_back(int device, const std::vector<CUevent>& events) {
@@ -72,6 +76,29 @@ class EventPool {
 EventPool& event_pool() {
   static EventPool* pool = new EventPool;  // never destroyed: no driver call at exit
   return *pool;
+}
+
+// A thread's own free events per device; what is left goes back to the shared pool when the
+// thread ends.
+struct ThreadEvents {
+  std::unordered_map<int, std::vector<CUevent>> free;
+  ~ThreadEvents() {
+    for (auto& [device, events] : free) {
+      try {
+        event_pool().give_back(device, events);
+      } catch (...) {  // out of memory: they leak
+      }
+    }
+  }
+};
+
+CUevent take_event(const Loaded& l, int device) {
+  thread_local ThreadEvents mine;
+  std::vector<CUevent>& free = mine.free[device];
+  if (free.empty()) event_pool().refill(l, device, free);
+  const CUevent e = free.back();
+  free.pop_back();
+  return e;
 }
 
 struct TaskDeleter {
@@ -178,7 +205,7 @@ class CompletionEngine {
     // The event: a primary-context one from the pool (green-context streams use them too),
     // else one made in the stream's context and destroyed after (invariant 3).
     if (!special && s.context_kind() != ContextKind::created) {
-      task->event = event_pool().take(l, task->device);
+      task->event = take_event(l, task->device);
       task->pooled = true;
     } else {
       std::optional<ContextScope> own;
@@ -192,11 +219,16 @@ class CompletionEngine {
       throw_stream_error(r, "cuEventRecord", s, "registering a completion");
     }
     pending_.fetch_add(1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      incoming_.push(task);
+    // A lock-free push (invariant 4); the watcher is woken only when it sleeps.
+    CompletionTask* head = incoming_.load(std::memory_order_relaxed);
+    do {
+      task->next = head;
+    } while (!incoming_.compare_exchange_weak(head, task, std::memory_order_seq_cst,
+                                              std::memory_order_relaxed));
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the watcher is in wait() or sees the push
+      wake_.notify_one();
     }
-    if (sleeping_.load(std::memory_order_acquire)) wake_.notify_one();  // invariant 4
   }
 
   std::size_t run_ready() {
@@ -248,6 +280,44 @@ class CompletionEngine {
     task->event = nullptr;
   }
 
+  // The registrations pushed since the last call, in registration order.
+  CompletionTask* take_incoming() noexcept {
+    if (incoming_.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    CompletionTask* lifo = incoming_.exchange(nullptr, std::memory_order_acquire);
+    CompletionTask* fifo = nullptr;
+    while (lifo != nullptr) {  // the stack is newest first
+      CompletionTask* next = lifo->next;
+      lifo->next = fifo;
+      fifo = lifo;
+      lifo = next;
+    }
+    return fifo;
+  }
+
+  // Sleeps until a registration or stop (at most `timeout` when given); false on a timeout.
+  bool sleep(std::optional<std::chrono::microseconds> timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    sleeping_.store(true, std::memory_order_seq_cst);
+    const auto ready = [&] {
+      return incoming_.load(std::memory_order_seq_cst) != nullptr || stop_;
+    };
+    bool woken;
+    if (timeout) {
+      woken = wake_.wait_for(lock, *timeout, ready);
+    } else {
+      wake_.wait(lock, ready);
+      woken = true;
+    }
+    sleeping_.store(false, std::memory_order_relaxed);
+    return woken;
+  }
+
+  bool stopping(bool* abandon) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *abandon = abandon_;
+    return stop_;
+  }
+
   // The watcher (invariants 2, 4).
   void watch() noexcept {
     std::unordered_map<CUstream, TaskList> queues;
@@ -255,20 +325,16 @@ class CompletionEngine {
     Clock::time_point last_progress = Clock::now();
     long backoff_us = 0;
     for (;;) {
-      CompletionTask* batch = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (abandon_) return;
-        if (queues.empty() && incoming_.empty()) {
-          if (stop_) return;
-          sleeping_.store(true, std::memory_order_release);
-          wake_.wait(lock, [&] { return !incoming_.empty() || stop_; });
-          sleeping_.store(false, std::memory_order_relaxed);
-          if (abandon_) return;
-          last_progress = Clock::now();
-          backoff_us = 0;
-        }
-        batch = incoming_.take_all();
+      bool abandon = false;
+      const bool stop = stopping(&abandon);
+      if (abandon) return;
+      CompletionTask* batch = take_incoming();
+      if (queues.empty() && batch == nullptr) {
+        if (stop) return;
+        sleep(std::nullopt);
+        last_progress = Clock::now();
+        backoff_us = 0;
+        continue;
       }
       while (batch != nullptr) {
         CompletionTask* next = batch->next;
@@ -295,17 +361,14 @@ class CompletionEngine {
         continue;
       }
       if (now - last_progress < options_.spin) {
-        cpu_relax();
+        // Between passes a short pause, so that the queries leave the driver to the threads
+        // that enqueue (each pass is a few hundred nanoseconds of driver calls).
+        for (int i = 0; i < 64; ++i) cpu_relax();
         continue;
       }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.
       backoff_us = backoff_us == 0 ? 50 : std::min<long>(backoff_us * 2, 1000);
-      std::unique_lock<std::mutex> lock(mutex_);
-      sleeping_.store(true, std::memory_order_release);
-      const bool woken = wake_.wait_for(lock, std::chrono::microseconds(backoff_us),
-                                        [&] { return !incoming_.empty() || stop_; });
-      sleeping_.store(false, std::memory_order_relaxed);
-      if (woken) {
+      if (sleep(std::chrono::microseconds(backoff_us))) {
         last_progress = Clock::now();
         backoff_us = 0;
       }
@@ -351,8 +414,8 @@ class CompletionEngine {
   CompletionOptions options_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  TaskList incoming_;  // registered, not yet seen by the watcher
-  TaskList ready_;     // caller delivery: completed, waiting for run_ready()
+  std::atomic<CompletionTask*> incoming_{nullptr};  // registered, newest first (lock-free)
+  TaskList ready_;  // caller delivery: completed, waiting for run_ready()
   bool stop_ = false;
   bool abandon_ = false;
   std::atomic<bool> sleeping_{false};
