@@ -1,6 +1,8 @@
 // The completion cases of `custream bench` (docs/performance.md, "Completion notifications"):
 // the cost of registering a completion on the enqueueing thread, against the cuEventRecord it
-// makes. Device 0. Latency, stall, throughput and idle CPU: bench/completion_latency.cpp.
+// makes (of a distinct event per notification, as custream's are: re-recording one event would
+// lose the earlier point). Device 0. Latency, stall, throughput and idle CPU:
+// bench/completion_latency.cpp.
 #include <vector>
 
 #include "bench_cases.hpp"
@@ -14,15 +16,19 @@ namespace {
 struct CompletionState {
   custream::Stream stream{custream::Device(0), custream::StreamFlags::non_blocking};
   custream::Completions engine;
-  CUevent event = nullptr;
+  std::vector<CUevent> events;  // the raw side's: a distinct event per notification, cycled
+  std::size_t next = 0;
 };
 
 CompletionState& state() {
   static CompletionState* s = [] {
     custream::Device(0).make_current();
     auto* st = new CompletionState;
-    check(custream::testing::driver().cuEventCreate(&st->event, CU_EVENT_DISABLE_TIMING),
-          "cuEventCreate");
+    st->events.resize(1024);
+    for (CUevent& e : st->events) {
+      check(custream::testing::driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING),
+            "cuEventCreate");
+    }
     return st;
   }();
   return *s;
@@ -38,12 +44,16 @@ void add_completion_cases(std::vector<Case>& cases) {
                     256,
                     61,
                     {},
-                    "cuEventRecord"};
+                    "cuEventRecord (a distinct event each, as a notification needs)"};
   registration.prepare = [](Case& c) {
     CompletionState& st = state();
     const auto& api = custream::testing::driver();
-    c.raw = [&api, e = st.event, s = st.stream.handle()](int n) {
-      for (int i = 0; i < n; ++i) api.cuEventRecord(e, s);
+    c.raw = [&api](int n) {
+      CompletionState& st = state();
+      for (int i = 0; i < n; ++i) {
+        api.cuEventRecord(st.events[st.next], st.stream.handle());
+        st.next = (st.next + 1) % st.events.size();
+      }
     };
     c.ours = [](int n) {
       CompletionState& st = state();

@@ -163,6 +163,15 @@ int main(int argc, char** argv) {
                   done(now_ns());
                 }).detach();
               }));
+    print_row("Completions::future (a thread spinning on wait_for(0))",
+              latencies(s, gated, samples, [&](auto done) {
+                auto f = std::make_shared<std::future<void>>(engine.future(s));
+                std::thread([f, done] {
+                  while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+                  }
+                  done(now_ns());
+                }).detach();
+              }));
     print_row("Completions eventfd (a thread in poll)",
               latencies(s, gated, samples, [&](auto done) {
                 polled.when_done(s, [] {});

@@ -78,14 +78,15 @@ EventPool& event_pool() {
   return *pool;
 }
 
-// A thread's own free events per device; what is left goes back to the shared pool when the
-// thread ends.
+// A thread's own free events per device ordinal; what is left goes back to the shared pool
+// when the thread ends.
 struct ThreadEvents {
-  std::unordered_map<int, std::vector<CUevent>> free;
+  std::vector<std::vector<CUevent>> free;  // by device ordinal
   ~ThreadEvents() {
-    for (auto& [device, events] : free) {
+    for (std::size_t device = 0; device < free.size(); ++device) {
+      if (free[device].empty()) continue;
       try {
-        event_pool().give_back(device, events);
+        event_pool().give_back(static_cast<int>(device), free[device]);
       } catch (...) {  // out of memory: they leak
       }
     }
@@ -94,7 +95,11 @@ struct ThreadEvents {
 
 CUevent take_event(const Loaded& l, int device) {
   thread_local ThreadEvents mine;
-  std::vector<CUevent>& free = mine.free[device];
+  if (mine.free.size() <= static_cast<std::size_t>(device)) {
+    mine.free.resize(
+        static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
+  }
+  std::vector<CUevent>& free = mine.free[static_cast<std::size_t>(device)];
   if (free.empty()) event_pool().refill(l, device, free);
   const CUevent e = free.back();
   free.pop_back();
@@ -218,7 +223,7 @@ class CompletionEngine {
       release_event(task);
       throw_stream_error(r, "cuEventRecord", s, "registering a completion");
     }
-    pending_.fetch_add(1, std::memory_order_relaxed);
+    registered_.fetch_add(1, std::memory_order_relaxed);
     // A lock-free push (invariant 4); the watcher is woken only when it sleeps.
     CompletionTask* head = incoming_.load(std::memory_order_relaxed);
     do {
@@ -245,7 +250,7 @@ class CompletionEngine {
       CompletionTask* next = ready->next;
       const CUresult result = ready->result;
       run_task(ready, result);
-      pending_.fetch_sub(1, std::memory_order_relaxed);
+      finished_.fetch_add(1, std::memory_order_relaxed);
       ready = next;
       ++ran;
     }
@@ -253,7 +258,10 @@ class CompletionEngine {
   }
 
   int fd() const noexcept { return fd_; }
-  std::size_t pending() const noexcept { return pending_.load(std::memory_order_relaxed); }
+  std::size_t pending() const noexcept {
+    const std::size_t finished = finished_.load(std::memory_order_acquire);
+    return registered_.load(std::memory_order_acquire) - finished;
+  }
 
  private:
   [[noreturn, gnu::cold]] static void refuse_capture(const StreamRef& s,
@@ -385,7 +393,7 @@ class CompletionEngine {
     }
     if (options_.delivery == CompletionDelivery::thread || task->immediate) {
       run_task(task, r);
-      pending_.fetch_sub(1, std::memory_order_relaxed);
+      finished_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     bool was_empty;
@@ -414,12 +422,15 @@ class CompletionEngine {
   CompletionOptions options_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::atomic<CompletionTask*> incoming_{nullptr};  // registered, newest first (lock-free)
   TaskList ready_;  // caller delivery: completed, waiting for run_ready()
   bool stop_ = false;
   bool abandon_ = false;
   std::atomic<bool> sleeping_{false};
-  std::atomic<std::size_t> pending_{0};
+  // Counted apart, on lines of their own: registering threads do not share a cache line with
+  // the watcher on every registration.
+  alignas(64) std::atomic<std::size_t> registered_{0};
+  alignas(64) std::atomic<std::size_t> finished_{0};
+  alignas(64) std::atomic<CompletionTask*> incoming_{nullptr};  // newest first (lock-free)
   int fd_ = -1;
   std::thread thread_;
 };
