@@ -62,6 +62,38 @@ void add_completion_cases(std::vector<Case>& cases) {
     time_parked(c, st.stream.handle());
   };
   cases.push_back(std::move(registration));
+
+  // The same against the capture check a registration must make plus the record: what custream
+  // adds of its own.
+  Case checked{"completion registration vs raw capture check + record",
+               {},
+               {},
+               {Target::Kind::raw_plus_abs, 60, 0},
+               256,
+               61,
+               {},
+               "cuStreamIsCapturing + cuEventRecord (a distinct event each)"};
+  checked.prepare = [](Case& c) {
+    CompletionState& st = state();
+    const auto& api = custream::testing::driver();
+    c.raw = [&api](int n) {
+      CompletionState& st = state();
+      for (int i = 0; i < n; ++i) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        api.cuStreamIsCapturing(st.stream.handle(), &status);
+        if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+          api.cuEventRecord(st.events[st.next], st.stream.handle());
+        }
+        st.next = (st.next + 1) % st.events.size();
+      }
+    };
+    c.ours = [](int n) {
+      CompletionState& st = state();
+      for (int i = 0; i < n; ++i) st.engine.when_done(st.stream, [] {});
+    };
+    time_parked(c, st.stream.handle());
+  };
+  cases.push_back(std::move(checked));
 }
 
 }  // namespace custream_bench
