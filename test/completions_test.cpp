@@ -154,7 +154,7 @@ TEST_CASE("completions delivered to the caller through an eventfd", "[completion
   }));
   for (const auto& id : ran_on) CHECK(id == std::this_thread::get_id());
   CHECK(eventually([&] { return engine.pending() == 0; }));  // the future's, just after it
-  CHECK(::poll(&p, 1, 0) == 0);  // cleared
+  CHECK(::poll(&p, 1, 0) == 0);                              // cleared
 }
 
 TEST_CASE("completions refuse a capturing stream, also a foreign capture", "[completions][gpu]") {
@@ -204,18 +204,28 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
   }
   if (custream_test::emulated()) {
     // The watcher's query fails: every kind of registration completes with that error.
-    auto fail =
-        custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+    auto sticky = custream_test::emu_symbol<decltype(&custream_emu_set_sticky_error)>(
+        "custream_emu_set_sticky_error");
     std::atomic<CUresult> seen{CUDA_SUCCESS};
     std::atomic<bool> plain_ran{false};
     Gate gate(s);
     engine.when_done(s, [&](CUresult r) { seen = r; });
     engine.when_done(s, [&] { plain_ran = true; });
     std::future<void> f = engine.future(s);
-    fail("cuEventQuery", 1, CUDA_ERROR_LAUNCH_FAILED);
-    fail("cuEventQuery", 2, CUDA_ERROR_LAUNCH_FAILED);
-    fail("cuEventQuery", 3, CUDA_ERROR_LAUNCH_FAILED);
-    REQUIRE(eventually([&] { return seen.load() != CUDA_SUCCESS; }));
+    // A registration the driver refuses throws and destroys its callable unrun.
+    auto fail =
+        custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+    Tracked::made = 0;
+    Tracked::gone = 0;
+    fail("cuEventRecord", 1, CUDA_ERROR_INVALID_HANDLE);
+    expect_error([&] { engine.when_done(s, [t = Tracked{}] { FAIL("ran"); }); },
+                 CUDA_ERROR_INVALID_HANDLE, "registering a completion");
+    CHECK(Tracked::made.load() == Tracked::gone.load());
+    sticky(CUDA_ERROR_LAUNCH_FAILED);  // as after a kernel fault: every query fails
+    const bool failed = eventually([&] { return seen.load() != CUDA_SUCCESS; }) &&
+                        f.wait_for(10s) == std::future_status::ready;
+    sticky(CUDA_SUCCESS);
+    REQUIRE(failed);
     CHECK(seen.load() == CUDA_ERROR_LAUNCH_FAILED);
     REQUIRE(f.wait_for(10s) == std::future_status::ready);
     expect_error([&] { f.get(); }, CUDA_ERROR_LAUNCH_FAILED, "the stream's work failed");
