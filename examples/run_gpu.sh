@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs examples 1-3 on a real GPU and prints one PASS / FAIL / SKIP line each, then a summary.
+# Runs examples 1-4 on a real GPU and prints one PASS / FAIL / SKIP line each, then a summary.
 #
 #   bash examples/run_gpu.sh [build-dir]      (default: build-examples in the source tree)
 #
@@ -7,7 +7,7 @@
 # an existing one gets -Dexamples=enabled. Needs the NVIDIA driver; libcudart / libnvrtc are
 # found by dlopen (their usual names, then /usr/local/cuda/lib64; or set CUSTREAM_LIBCUDART /
 # CUSTREAM_NVRTC to a path); example 3 needs CuPy and PyTorch in $PYTHON (default python3).
-# Exit status 0 only when all three pass.
+# Exit status 0 only when all four pass.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-examples}
@@ -21,7 +21,7 @@ else
   meson configure "$build" -Dexamples=enabled >/dev/null || { echo "FAIL: meson configure"; exit 1; }
 fi
 ninja -C "$build" examples/custream-example-runtime-stream examples/custream-example-nvrtc-jit \
-  examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
+  examples/custream-example-completion-epoll examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
 
 # The real driver, not custream's emulator.
 unset CUSTREAM_LIBCUDA
@@ -45,6 +45,8 @@ nvrtc_env=()
   nvrtc_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64")
 run "example 2: NVRTC JIT kernel loaded, launched, captured" \
   "${nvrtc_env[@]}" "$build/examples/custream-example-nvrtc-jit"
+run "example 4: an epoll loop told when GPU work is done" \
+  "$build/examples/custream-example-completion-epoll"
 run "example 3: Python embedding with CuPy and PyTorch streams" \
   "$python" "$src/examples/python_embed/run.py" --lib "$build/examples/libcustream_embed.so"
 echo "run_gpu: $passed passed, $failed failed, $skipped skipped"
