@@ -382,9 +382,10 @@ class CompletionEngine {
         continue;
       }
       if (now - last_progress < options_.spin) {
-        // Between passes a short pause, so that the queries leave the driver to the threads
-        // that enqueue (each pass is a few hundred nanoseconds of driver calls).
-        for (int i = 0; i < 64; ++i) cpu_relax();
+        // Between passes a pause without driver calls, so that the queries leave the driver to
+        // the threads that enqueue.
+        const Clock::time_point until = now + options_.poll_interval;
+        while (Clock::now() < until) cpu_relax();
         continue;
       }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.

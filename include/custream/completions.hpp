@@ -75,6 +75,10 @@ struct CompletionOptions {
   /// off (to sleeps growing from 50 µs to 1 ms); with nothing pending it sleeps until a
   /// registration wakes it, using no CPU.
   std::chrono::microseconds spin{2000};
+  /// While spinning, how long the watcher waits between two passes over the pending events
+  /// that found none complete (busy, without driver calls): longer leaves the driver more to the
+  /// threads that enqueue, at the cost of as much latency.
+  std::chrono::nanoseconds poll_interval{500};
 };
 
 /// Tells you when the work enqueued so far on a stream is done, without putting a host node
