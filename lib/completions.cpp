@@ -106,6 +106,70 @@ CUevent take_event(const Loaded& l, int device) {
   return e;
 }
 
+// Task blocks (custream/completions.hpp): a shared pool and each thread's cache.
+class BlockPool {
+ public:
+  static constexpr std::size_t kBatch = 64;
+  void refill(std::vector<void*>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t n = std::min(free_.size(), kBatch);
+    out.insert(out.end(), free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
+    free_.resize(free_.size() - n);
+  }
+  void give_back(std::vector<void*>& blocks, std::size_t n) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      free_.insert(free_.end(), blocks.end() - static_cast<std::ptrdiff_t>(n), blocks.end());
+      blocks.resize(blocks.size() - n);
+    } catch (...) {  // out of memory: the thread keeps them
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<void*> free_;
+};
+
+BlockPool& block_pool() {
+  static BlockPool* pool = new BlockPool;  // never destroyed: blocks may be freed at exit
+  return *pool;
+}
+
+struct ThreadBlocks {
+  std::vector<void*> free;
+  ~ThreadBlocks() { block_pool().give_back(free, free.size()); }
+};
+
+ThreadBlocks& thread_blocks() {
+  thread_local ThreadBlocks blocks;
+  return blocks;
+}
+
+}  // namespace
+
+void* allocate_task_block() {
+  std::vector<void*>& free = thread_blocks().free;
+  if (free.empty()) block_pool().refill(free);
+  if (free.empty()) return ::operator new(kTaskBlock);
+  void* block = free.back();
+  free.pop_back();
+  return block;
+}
+
+void free_task_block(void* block) noexcept {
+  std::vector<void*>& free = thread_blocks().free;
+  try {
+    free.push_back(block);
+  } catch (...) {
+    ::operator delete(block);
+    return;
+  }
+  // A thread that frees more than it makes (the watcher) passes blocks on.
+  if (free.size() >= 2 * BlockPool::kBatch) block_pool().give_back(free, BlockPool::kBatch);
+}
+
+namespace {
+
 struct TaskDeleter {
   void operator()(CompletionTask* t) const noexcept { t->destroy(t); }
 };
@@ -476,6 +540,10 @@ namespace {
 // A future's registration: sets its promise on the completion thread, with the stream's error
 // when its work failed.
 struct FutureTask final : CompletionTask {
+  static_assert(sizeof(std::promise<void>) + sizeof(CompletionTask) <= kTaskBlock,
+                "a future's task fits a task block");
+  static void* operator new(std::size_t) { return allocate_task_block(); }
+  static void operator delete(void* p) noexcept { free_task_block(p); }
   std::promise<void> promise;
   FutureTask() {
     immediate = true;  // no user code: ready at once, also with caller delivery

@@ -5,9 +5,11 @@
 
 #include <poll.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -117,6 +119,16 @@ TEST_CASE("completions run after the stream's work, in order, on custream's thre
   CHECK(ran_on != std::this_thread::get_id());
   REQUIRE(eventually([&] { return engine.pending() == 0; }));
   CHECK(Tracked::made.load() == Tracked::gone.load());  // each capture destroyed once
+
+  // An over-aligned callable and a large one (not a task block) run and are destroyed too.
+  struct alignas(64) Wide {
+    char bytes[64];
+  };
+  std::atomic<int> odd{0};
+  engine.when_done(s,
+                   [&odd, w = Wide{}] { odd += 1 + (reinterpret_cast<std::uintptr_t>(&w) % 64); });
+  engine.when_done(s, [&odd, big = std::array<char, 512>{}] { odd += 1 + big[0]; });
+  CHECK(eventually([&] { return odd.load() == 2; }));
 
   // A future, and a callback that registers another from inside.
   std::future<void> f = engine.future(s);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <future>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -38,9 +39,37 @@ struct CompletionTask {
 /// Throws the Error of a completion whose stream failed, for a callback that takes no result.
 [[noreturn]] void throw_completion_failure(CUresult result, CUstream stream, int device);
 
+/// Memory for a task of at most kTaskBlock bytes, from the calling thread's cache of blocks.
+/// Tasks are freed on another thread (the watcher) than the one that made them; blocks return
+/// to a shared pool a batch at a time and are handed out again, so that registering does not
+/// pay the allocator's cost of memory freed elsewhere. @throws std::bad_alloc.
+void* allocate_task_block();
+/// Gives a block of allocate_task_block() back. Never throws.
+void free_task_block(void* block) noexcept;
+/// The size of a task block.
+inline constexpr std::size_t kTaskBlock = 128;
+
 /// A registration's callable, stored in its task.
 template <typename F>
 struct CompletionTaskOf final : CompletionTask {
+  static void* operator new(std::size_t bytes) {
+    return bytes <= kTaskBlock ? allocate_task_block() : ::operator new(bytes);
+  }
+  static void operator delete(void* p, std::size_t bytes) noexcept {
+    if (bytes <= kTaskBlock) {
+      free_task_block(p);
+    } else {
+      ::operator delete(p);
+    }
+  }
+  // Over-aligned callables: the allocator's aligned memory, not a block.
+  static void* operator new(std::size_t bytes, std::align_val_t alignment) {
+    return ::operator new(bytes, alignment);
+  }
+  static void operator delete(void* p, std::size_t, std::align_val_t alignment) noexcept {
+    ::operator delete(p, alignment);
+  }
+
   explicit CompletionTaskOf(F&& f) : fn(std::forward<F>(f)) {
     invoke = [](CompletionTask* self, CUresult result) {
       auto& fn_ = static_cast<CompletionTaskOf*>(self)->fn;
