@@ -37,7 +37,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Holds a stream at a host function until opened: work after it is not done before.
+// Holds a stream at a host function until opened: work after it is not done before. The
+// destructor opens it and waits until the host function has let go of the gate.
 class Gate {
  public:
   explicit Gate(const Stream& s) {
@@ -46,11 +47,18 @@ class Gate {
       entered_ = true;
       changed_.notify_all();
       changed_.wait(lock, [this] { return open_; });
+      left_ = true;
+      changed_.notify_all();
     });
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [this] { return entered_; });
   }
-  ~Gate() { open(); }
+  ~Gate() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return left_; });
+  }
   void open() {
     std::lock_guard<std::mutex> lock(mutex_);
     open_ = true;
@@ -62,6 +70,7 @@ class Gate {
   std::condition_variable changed_;
   bool entered_ = false;
   bool open_ = false;
+  bool left_ = false;
 };
 
 // Waits up to 10 s for `done`.
