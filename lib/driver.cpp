@@ -15,6 +15,11 @@
 
 namespace custream::detail {
 
+/// "12.5" for 12050.
+std::string version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
 std::atomic<const Loaded*> g_loaded{nullptr};
 
 namespace {
@@ -24,11 +29,6 @@ constexpr DriverEntry kEntries[] = {
     CUSTREAM_DRIVER_ENTRIES(CUSTREAM_DRIVER_ROW)
 #undef CUSTREAM_DRIVER_ROW
 };
-
-/// "12.5" for 12050.
-std::string version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
-}
 
 struct LoaderState {
   std::mutex mutex;

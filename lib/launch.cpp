@@ -83,10 +83,6 @@ constexpr AttributeNeed kProgrammaticEvent{"CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVE
 constexpr AttributeNeed kPriority{"CU_LAUNCH_ATTRIBUTE_PRIORITY", 12000};
 constexpr AttributeNeed kMemSyncDomain{"CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN", 12000};
 
-std::string version_text(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
 std::string kernel_text(CUfunction function, const std::string& kernel) {
   return kernel.empty() ? "kernel " + pointer_text(function) : "library kernel \"" + kernel + "\"";
 }

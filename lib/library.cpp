@@ -571,12 +571,18 @@ void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
   if (params == detail::KernelState::Params::known) detail::check_arguments(*state_, sizes, count);
 }
 
-void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block,
-                                   std::size_t shared_bytes, void** params,
-                                   const std::size_t* sizes, std::size_t count) const {
+CUfunction LibraryKernel::prepare(const StreamRef& stream, const std::size_t* sizes,
+                                  std::size_t count) const {
   const CUfunction f = function_for(stream);
   if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
   detail::note_launch(*library_.owner_.get());        // invariant 5
+  return f;
+}
+
+void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block,
+                                   std::size_t shared_bytes, void** params,
+                                   const std::size_t* sizes, std::size_t count) const {
+  const CUfunction f = prepare(stream, sizes, count);
   const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
                                                   block.z, static_cast<unsigned>(shared_bytes),
                                                   stream.handle(), params, nullptr);
@@ -591,9 +597,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 bloc
 void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& config,
                                    void** params, const std::size_t* sizes,
                                    std::size_t count) const {
-  const CUfunction f = function_for(stream);
-  if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
-  detail::note_launch(*library_.owner_.get());        // invariant 5
+  const CUfunction f = prepare(stream, sizes, count);
   detail::launch_with_config(f, stream, config, params, state_->name);
 }
 

@@ -120,6 +120,9 @@ class LibraryKernel {
   CUfunction function_for(const StreamRef& stream) const;
   /// Checks `count` arguments of `sizes` bytes against the parameters. @throws Error.
   void check(const StreamRef& stream, const std::size_t* sizes, std::size_t count) const;
+  /// What both launches do first: the function, the argument check (sizes null: none), the
+  /// launch stamp of the library. @throws Error.
+  CUfunction prepare(const StreamRef& stream, const std::size_t* sizes, std::size_t count) const;
   void launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                       void** params, const std::size_t* sizes, std::size_t count) const;
   void launch_checked(const StreamRef& stream, const LaunchConfig& config, void** params,
