@@ -1,16 +1,18 @@
-// custream::Completions: completion notifications from a watcher thread that queries events,
-// without host functions. Design: docs/design/completions.md.
+// custream::Completions: completion notifications from a watcher thread that queries events (or
+// reads words the stream wrote), without host functions. Design: docs/design/completions.md.
 #include "custream/completions.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,122 +39,168 @@ void throw_completion_failure(CUresult result, CUstream stream, int device) {
 
 namespace {
 
-// Events of each device's primary context, reused across registrations (invariant 3): made once,
-// never destroyed (the primary contexts stay retained), shared by every engine. Registering
-// threads take them from a cache of their own, refilled from the shared pool a batch at a time,
-// so that registrations on many threads do not meet on one mutex.
-class EventPool {
+// A process-wide free list that threads take from and give back to a batch at a time, so that
+// threads registering at once do not meet on its mutex for every item (invariants 3, 8).
+template <typename T>
+class BatchPool {
  public:
   static constexpr std::size_t kBatch = 64;
-
-  // Moves up to kBatch free events of `device` to `out`; makes one when there is none.
-  void refill(const Loaded& l, int device, std::vector<CUevent>& out) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto& free = free_[device];
-      const std::size_t n = std::min(free.size(), kBatch);
-      out.insert(out.end(), free.end() - static_cast<std::ptrdiff_t>(n), free.end());
-      free.resize(free.size() - n);
-    }
-    if (!out.empty()) return;
-    ContextScope scope(primary_context(l, device));
-    CUevent e = nullptr;
-    call<&DriverApi::cuEventCreate>(device_subject(device), &e,
-                                    static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
-    out.push_back(e);
-  }
-
-  void give_back(int device, const std::vector<CUevent>& events) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& free = free_[device];
-    free.insert(free.end(), events.begin(), events.end());
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<int, std::vector<CUevent>> free_;
-};
-
-EventPool& event_pool() {
-  static EventPool* pool = new EventPool;  // never destroyed: no driver call at exit
-  return *pool;
-}
-
-// A thread's own free events per device ordinal; what is left goes back to the shared pool
-// when the thread ends.
-struct ThreadEvents {
-  std::vector<std::vector<CUevent>> free;  // by device ordinal
-  ~ThreadEvents() {
-    for (std::size_t device = 0; device < free.size(); ++device) {
-      if (free[device].empty()) continue;
-      try {
-        event_pool().give_back(static_cast<int>(device), free[device]);
-      } catch (...) {  // out of memory: they leak
-      }
-    }
-  }
-};
-
-CUevent take_event(const Loaded& l, int device) {
-  thread_local ThreadEvents mine;
-  if (mine.free.size() <= static_cast<std::size_t>(device)) {
-    mine.free.resize(
-        static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
-  }
-  std::vector<CUevent>& free = mine.free[static_cast<std::size_t>(device)];
-  if (free.empty()) event_pool().refill(l, device, free);
-  const CUevent e = free.back();
-  free.pop_back();
-  return e;
-}
-
-// Task blocks (custream/completions.hpp): a shared pool and each thread's cache.
-class BlockPool {
- public:
-  static constexpr std::size_t kBatch = 64;
-  void refill(std::vector<void*>& out) {
+  // Moves up to kBatch free items to `out`.
+  void refill(std::vector<T>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t n = std::min(free_.size(), kBatch);
     out.insert(out.end(), free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     free_.resize(free_.size() - n);
   }
-  void give_back(std::vector<void*>& blocks, std::size_t n) noexcept {
+  // Moves the last `n` items of `items` here; out of memory, `items` keeps them.
+  void give_back(std::vector<T>& items, std::size_t n) noexcept {
     try {
       std::lock_guard<std::mutex> lock(mutex_);
-      free_.insert(free_.end(), blocks.end() - static_cast<std::ptrdiff_t>(n), blocks.end());
-      blocks.resize(blocks.size() - n);
-    } catch (...) {  // out of memory: the thread keeps them
+      free_.insert(free_.end(), items.end() - static_cast<std::ptrdiff_t>(n), items.end());
+      items.resize(items.size() - n);
+    } catch (...) {
     }
   }
 
  private:
   std::mutex mutex_;
-  std::vector<void*> free_;
+  std::vector<T> free_;
 };
 
-BlockPool& block_pool() {
-  static BlockPool* pool = new BlockPool;  // never destroyed: blocks may be freed at exit
+// A thread's cache of a pool's items; what is left goes back to the pool when the thread ends.
+template <typename T>
+struct ThreadCache {
+  BatchPool<T>* pool = nullptr;
+  std::vector<T> free;
+  ~ThreadCache() {
+    if (pool != nullptr) pool->give_back(free, free.size());
+  }
+  // An item from the cache, refilled from the pool, else from `make()`.
+  template <typename Make>
+  T take(Make&& make) {
+    if (free.empty()) pool->refill(free);
+    if (free.empty()) return make();
+    const T item = free.back();
+    free.pop_back();
+    return item;
+  }
+};
+
+// Events of each device's primary context, reused across registrations (invariant 3): made once,
+// never destroyed (the primary contexts stay retained), shared by every engine.
+BatchPool<CUevent>& event_pool(int device) {
+  static std::mutex mutex;
+  static auto* pools = new std::unordered_map<int, BatchPool<CUevent>>;  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  return (*pools)[device];  // elements of an unordered_map stay where they are
+}
+
+CUevent make_event(const Loaded& l, int device) {
+  ContextScope scope(primary_context(l, device));
+  CUevent e = nullptr;
+  call<&DriverApi::cuEventCreate>(device_subject(device), &e,
+                                  static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
+  return e;
+}
+
+CUevent take_event(const Loaded& l, int device) {
+  thread_local std::vector<ThreadCache<CUevent>> mine;  // by device ordinal
+  if (mine.size() <= static_cast<std::size_t>(device)) {
+    mine.resize(static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
+  }
+  ThreadCache<CUevent>& cache = mine[static_cast<std::size_t>(device)];
+  if (cache.pool == nullptr) cache.pool = &event_pool(device);
+  return cache.take([&] { return make_event(l, device); });
+}
+
+void give_back_events(int device, std::vector<CUevent>& events) noexcept {
+  event_pool(device).give_back(events, events.size());
+}
+
+// Words of host-mapped memory for the memory_write mechanism (invariant 9): allocated
+// (portable, device-mapped) a page at a time, never freed, shared by every engine and device.
+// A free word holds 0; the stream writes 1; the watcher stores 0 again before giving it back.
+BatchPool<std::uint64_t*>& word_pool() {
+  static auto* pool = new BatchPool<std::uint64_t*>;  // never destroyed: no driver call at exit
   return *pool;
 }
 
-struct ThreadBlocks {
-  std::vector<void*> free;
-  ~ThreadBlocks() { block_pool().give_back(free, free.size()); }
-};
+constexpr std::size_t kWordsPerPage = 512;
 
-ThreadBlocks& thread_blocks() {
-  thread_local ThreadBlocks blocks;
+std::uint64_t* make_words(const Loaded& l, int device, std::vector<std::uint64_t*>& out) {
+  ContextScope scope(primary_context(l, device));
+  void* page = nullptr;
+  call<&DriverApi::cuMemHostAlloc>(
+      device_subject(device), &page, kWordsPerPage * sizeof(std::uint64_t),
+      static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  CUdeviceptr mapped = 0;
+  const CUresult r = try_call<&DriverApi::cuMemHostGetDevicePointer>(&mapped, page, 0u);
+  if (r != CUDA_SUCCESS || mapped != reinterpret_cast<CUdeviceptr>(page)) {
+    release_call<&DriverApi::cuMemFreeHost>("host-mapped memory", page, page);
+    if (r != CUDA_SUCCESS) fail<&DriverApi::cuMemHostGetDevicePointer>(r, device_subject(device));
+    throw_call_error(CUDA_ERROR_NOT_SUPPORTED, "cuMemHostGetDevicePointer", device_subject(device),
+                     "host-mapped memory has a device address other than its host address (no "
+                     "unified addressing): use CompletionMechanism::event");
+  }
+  auto* words = static_cast<std::uint64_t*>(page);
+  std::memset(words, 0, kWordsPerPage * sizeof(std::uint64_t));
+  for (std::size_t i = 1; i < kWordsPerPage; ++i) out.push_back(words + i);
+  return words;
+}
+
+std::uint64_t* take_word(const Loaded& l, int device) {
+  thread_local ThreadCache<std::uint64_t*> mine;
+  if (mine.pool == nullptr) mine.pool = &word_pool();
+  return mine.take([&] { return make_words(l, device, mine.free); });
+}
+
+// Whether `device` can have completions written to host memory by the stream: 64-bit stream
+// memory operations, unified addressing and the driver's entries (asked once per device).
+// @throws Error when the driver cannot answer (nothing is remembered then).
+bool memory_writes_supported(const Loaded& l, int device) {
+  if (device < 0 || device >= l.device_count) return false;
+  std::atomic<signed char>& known = l.devices[static_cast<std::size_t>(device)].memory_writes;
+  signed char k = known.load(std::memory_order_relaxed);
+  if (k < 0) {
+    const auto attribute = [&](CUdevice_attribute a) {
+      int v = 0;
+      call<&DriverApi::cuDeviceGetAttribute>(device_subject(device), &v, a,
+                                             l.devices[static_cast<std::size_t>(device)].device);
+      return v != 0;
+    };
+    k = l.api.cuStreamWriteValue64 != nullptr && l.api.cuMemHostAlloc != nullptr &&
+                l.api.cuMemHostGetDevicePointer != nullptr && l.api.cuMemFreeHost != nullptr &&
+                attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) &&
+                attribute(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+            ? 1
+            : 0;
+    known.store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
+// Task blocks (custream/completions.hpp): a shared pool and each thread's cache.
+BatchPool<void*>& block_pool() {
+  static auto* pool = new BatchPool<void*>;  // never destroyed: blocks may be freed at exit
+  return *pool;
+}
+
+ThreadCache<void*>& thread_blocks() {
+  thread_local ThreadCache<void*> blocks{&block_pool(), {}};
   return blocks;
 }
 
 }  // namespace
 
 void* allocate_task_block() {
-  std::vector<void*>& free = thread_blocks().free;
-  if (free.empty()) block_pool().refill(free);
-  if (free.empty()) return ::operator new(kTaskBlock);
-  void* block = free.back();
-  free.pop_back();
+  ThreadCache<void*>& cache = thread_blocks();
+  void* block = cache.take([] { return ::operator new(kTaskBlock); });
+  // The next block was last read by the watcher: ask for it now, with intent to write, so that
+  // taking it from the watcher's cache overlaps this registration's driver calls (invariant 8).
+  if (!cache.free.empty()) {
+    __builtin_prefetch(cache.free.back(), 1);
+    __builtin_prefetch(static_cast<char*>(cache.free.back()) + 64, 1);
+  }
   return block;
 }
 
@@ -165,7 +213,9 @@ void free_task_block(void* block) noexcept {
     return;
   }
   // A thread that frees more than it makes (the watcher) passes blocks on.
-  if (free.size() >= 2 * BlockPool::kBatch) block_pool().give_back(free, BlockPool::kBatch);
+  if (free.size() >= 2 * BatchPool<void*>::kBatch) {
+    block_pool().give_back(free, BatchPool<void*>::kBatch);
+  }
 }
 
 namespace {
@@ -185,27 +235,20 @@ void run_task(CompletionTask* task, CUresult result) noexcept {
   task->destroy(task);
 }
 
-// A singly linked FIFO of tasks.
-struct TaskList {
-  CompletionTask* head = nullptr;
-  CompletionTask* tail = nullptr;
-  void push(CompletionTask* t) noexcept {
-    t->next = nullptr;
-    (tail != nullptr ? tail->next : head) = t;
-    tail = t;
-  }
+// A FIFO of tasks held by the watcher, outside the tasks' memory: the watcher only reads a task
+// until it runs it, so that the registering thread that reuses the block finds it unshared
+// (invariant 8).
+struct TaskQueue {
+  std::deque<CompletionTask*> tasks;
+  CompletionTask* head() const noexcept { return tasks.front(); }
+  CompletionTask* tail() const noexcept { return tasks.back(); }
   CompletionTask* pop() noexcept {
-    CompletionTask* t = head;
-    head = t->next;
-    if (head == nullptr) tail = nullptr;
+    CompletionTask* t = tasks.front();
+    tasks.pop_front();
     return t;
   }
-  CompletionTask* take_all() noexcept {
-    CompletionTask* all = head;
-    head = tail = nullptr;
-    return all;
-  }
-  bool empty() const noexcept { return head == nullptr; }
+  bool empty() const noexcept { return tasks.empty(); }
+  std::size_t size() const noexcept { return tasks.size(); }
 };
 
 bool is_special(CUstream s) noexcept {
@@ -223,7 +266,8 @@ inline void cpu_relax() noexcept {
 
 class CompletionEngine {
  public:
-  explicit CompletionEngine(const CompletionOptions& options) : options_(options) {
+  explicit CompletionEngine(const CompletionOptions& options)
+      : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
     if (options_.delivery == CompletionDelivery::caller) {
       fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (fd_ < 0) {
@@ -266,6 +310,9 @@ class CompletionEngine {
   }
 
   void add(const StreamRef& s, CompletionTask* task) {
+    // The line of the incoming stack, which the watcher reads on every pass: asked for now, so
+    // that the push at the end does not wait for it.
+    __builtin_prefetch(&incoming_, 1);
     const Loaded& l = loaded();
     std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -276,9 +323,22 @@ class CompletionEngine {
     task->view = s;
     task->stream = s.handle();
     task->device = special ? -1 : s.device_id();
-    // The event: a primary-context one from the pool (green-context streams use them too),
-    // else one made in the stream's context and destroyed after (invariant 3).
+    // The word (invariant 9), or the event: a primary-context one from the pool (green-context
+    // streams use them too), else one made in the stream's context and destroyed after
+    // (invariant 3).
     if (!special && s.context_kind() != ContextKind::created) {
+      if (memory_ && memory_writes_supported(l, task->device)) {
+        task->word = take_word(l, task->device);
+        r = l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(task->word), 1,
+                                       0u);
+        if (r != CUDA_SUCCESS) {
+          release_word(task->word);  // nothing was enqueued: it stays 0
+          task->word = nullptr;
+          throw_stream_error(r, "cuStreamWriteValue64", s, "registering a completion");
+        }
+        push(task);
+        return;
+      }
       task->event = take_event(l, task->device);
       task->pooled = true;
     } else {
@@ -292,6 +352,11 @@ class CompletionEngine {
       release_event(task);
       throw_stream_error(r, "cuEventRecord", s, "registering a completion");
     }
+    push(task);
+  }
+
+  // Hands a registered task to the watcher.
+  void push(CompletionTask* task) noexcept {
     registered_.fetch_add(1, std::memory_order_relaxed);
     // A lock-free push (invariant 4); the watcher is woken only when it sleeps.
     CompletionTask* head = incoming_.load(std::memory_order_relaxed);
@@ -309,21 +374,16 @@ class CompletionEngine {
     if (fd_ < 0) return 0;
     std::uint64_t count = 0;
     (void)!::read(fd_, &count, sizeof count);  // clears it; EAGAIN when nothing was signalled
-    CompletionTask* ready = nullptr;
+    std::vector<std::pair<CompletionTask*, CUresult>> ready;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ready = ready_.take_all();
+      ready.swap(ready_);
     }
-    std::size_t ran = 0;
-    while (ready != nullptr) {
-      CompletionTask* next = ready->next;
-      const CUresult result = ready->result;
-      run_task(ready, result);
+    for (const auto& [task, result] : ready) {
+      run_task(task, result);
       finished_.fetch_add(1, std::memory_order_relaxed);
-      ready = next;
-      ++ran;
     }
-    return ran;
+    return ready.size();
   }
 
   int fd() const noexcept { return fd_; }
@@ -350,25 +410,32 @@ class CompletionEngine {
       release_call<&DriverApi::cuEventDestroy>("event", task->event, task->event);
     } else if (task->event != nullptr) {
       try {
-        event_pool().give_back(task->device, {task->event});
+        std::vector<CUevent> one{task->event};
+        give_back_events(task->device, one);
       } catch (...) {  // out of memory: the event leaks, nothing dangles
       }
     }
     task->event = nullptr;
   }
 
-  // The registrations pushed since the last call, in registration order.
-  CompletionTask* take_incoming() noexcept {
-    if (incoming_.load(std::memory_order_relaxed) == nullptr) return nullptr;
-    CompletionTask* lifo = incoming_.exchange(nullptr, std::memory_order_acquire);
-    CompletionTask* fifo = nullptr;
-    while (lifo != nullptr) {  // the stack is newest first
-      CompletionTask* next = lifo->next;
-      lifo->next = fifo;
-      fifo = lifo;
-      lifo = next;
+  static void release_word(std::uint64_t* word) noexcept {
+    try {
+      std::vector<std::uint64_t*> one{word};
+      word_pool().give_back(one, 1);
+    } catch (...) {  // out of memory: the word leaks
     }
-    return fifo;
+  }
+
+  // Appends the registrations pushed since the last call to `out`, in registration order,
+  // reading the tasks without writing them.
+  void take_incoming(std::vector<CompletionTask*>& out) {
+    if (incoming_.load(std::memory_order_relaxed) == nullptr) return;
+    const std::size_t first = out.size();
+    for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
+         t = t->next) {
+      out.push_back(t);  // the stack is newest first
+    }
+    std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
   }
 
   // Sleeps until a registration or stop (at most `timeout` when given); false on a timeout.
@@ -395,48 +462,103 @@ class CompletionEngine {
     return stop_;
   }
 
-  // The watcher (invariants 2, 4).
+  // What a pass completed, given back to the pools after it.
+  struct Returned {
+    std::vector<std::pair<int, CUevent>> events;  // pooled events, by device
+    std::vector<std::uint64_t*> words;
+  };
+
+  // CUDA_SUCCESS when the stream reached `t`, CUDA_ERROR_NOT_READY, or the stream's error.
+  static CUresult reached(const DriverApi& api, const CompletionTask* t) noexcept {
+    if (t->word != nullptr) {
+      return __atomic_load_n(t->word, __ATOMIC_ACQUIRE) != 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    }
+    return api.cuEventQuery(t->event);
+  }
+
+  // Completes what the stream of `q` (keyed `key`) reached; true when anything was.
+  bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned) {
+    bool progress = false;
+    // An event's query is a driver call that the enqueueing threads feel: the oldest first,
+    // since a pending oldest means nothing later is done (one query). A word is a load.
+    if (q.head()->word == nullptr) {
+      const CUresult r = api.cuEventQuery(q.head()->event);
+      if (r == CUDA_ERROR_NOT_READY) return false;
+      complete(q.pop(), r, returned);
+      progress = true;
+    }
+    // Then the newest (invariant 2): on one stream, its point reached means every earlier one
+    // is, so a queue that kept up with a busy stream completes at once. Not for a special
+    // handle, whose key is shared by streams that are not ordered together.
+    if (q.size() > 1 && !is_special(key) && reached(api, q.tail()) == CUDA_SUCCESS) {
+      while (!q.empty()) complete(q.pop(), CUDA_SUCCESS, returned);
+      return true;
+    }
+    while (!q.empty()) {
+      const CUresult r = reached(api, q.head());
+      if (r == CUDA_ERROR_NOT_READY) break;
+      complete(q.pop(), r, returned);
+      progress = true;
+    }
+    return progress;
+  }
+
+  // A stream whose work failed never writes its words (invariant 9): asks the context of each
+  // device with a word pending for its error (a never-recorded event of the device answers the
+  // context's sticky error), and completes that device's word-waiting registrations with it.
+  void probe(std::unordered_map<CUstream, TaskQueue>& queues,
+             std::unordered_map<int, CUevent>& probes, Returned& returned) {
+    const Loaded& l = loaded();
+    std::unordered_map<int, CUresult> failed;
+    for (auto& [key, q] : queues) {
+      if (q.empty() || q.head()->word == nullptr) continue;
+      const int device = q.head()->device;
+      auto f = failed.find(device);
+      if (f == failed.end()) {
+        CUresult r = CUDA_SUCCESS;
+        auto p = probes.find(device);
+        if (p == probes.end()) {
+          try {
+            p = probes.emplace(device, take_event(l, device)).first;
+          } catch (const Error& e) {
+            r = e.result();
+          }
+        }
+        if (p != probes.end()) r = l.api.cuEventQuery(p->second);
+        f = failed.emplace(device, r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r).first;
+      }
+      if (f->second == CUDA_SUCCESS) continue;
+      while (!q.empty() && q.head()->word != nullptr) complete(q.pop(), f->second, returned);
+    }
+  }
+
+  // The watcher (invariants 2, 4, 9).
   void watch() noexcept {
-    std::unordered_map<CUstream, TaskList> queues;
-    std::vector<std::pair<int, CUevent>> returned;  // pooled events to give back, by device
+    std::unordered_map<CUstream, TaskQueue> queues;
+    std::unordered_map<int, CUevent> probes;  // by device: never recorded (invariant 9)
+    std::vector<CompletionTask*> batch;
+    Returned returned;
     Clock::time_point last_progress = Clock::now();
     long backoff_us = 0;
     for (;;) {
       bool abandon = false;
       const bool stop = stopping(&abandon);
-      if (abandon) return;
-      CompletionTask* batch = take_incoming();
-      if (queues.empty() && batch == nullptr) {
-        if (stop) return;
+      if (abandon) break;
+      batch.clear();
+      take_incoming(batch);
+      if (queues.empty() && batch.empty()) {
+        if (stop) break;
         sleep(std::nullopt);
         last_progress = Clock::now();
         backoff_us = 0;
         continue;
       }
-      while (batch != nullptr) {
-        CompletionTask* next = batch->next;
-        queues[batch->stream].push(batch);
-        batch = next;
-      }
+      for (CompletionTask* t : batch) queues[t->stream].tasks.push_back(t);
       bool progress = false;
       const DriverApi& api = loaded().api;
       for (auto it = queues.begin(); it != queues.end();) {
-        TaskList& q = it->second;
-        // The newest first (invariant 2): on one stream, its event done means every earlier
-        // one is, so a queue that kept up with a busy stream completes with one query. Not for
-        // a special handle, whose key is shared by streams that are not ordered together.
-        if (q.head != q.tail && !is_special(it->first) &&
-            api.cuEventQuery(q.tail->event) == CUDA_SUCCESS) {
-          while (!q.empty()) complete(q.pop(), CUDA_SUCCESS, returned);
-          progress = true;
-        }
-        while (!q.empty()) {
-          const CUresult r = api.cuEventQuery(q.head->event);
-          if (r == CUDA_ERROR_NOT_READY) break;
-          complete(q.pop(), r, returned);
-          progress = true;
-        }
-        it = q.empty() ? queues.erase(it) : std::next(it);
+        progress = poll(api, it->first, it->second, returned) || progress;
+        it = it->second.empty() ? queues.erase(it) : std::next(it);
       }
       give_back(returned);
       const Clock::time_point now = Clock::now();
@@ -452,6 +574,13 @@ class CompletionEngine {
         while (Clock::now() < until) cpu_relax();
         continue;
       }
+      if (memory_) {
+        probe(queues, probes, returned);
+        give_back(returned);
+        for (auto it = queues.begin(); it != queues.end();) {
+          it = it->second.empty() ? queues.erase(it) : std::next(it);
+        }
+      }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.
       backoff_us = backoff_us == 0 ? 50 : std::min<long>(backoff_us * 2, 1000);
       if (sleep(std::chrono::microseconds(backoff_us))) {
@@ -459,15 +588,22 @@ class CompletionEngine {
         backoff_us = 0;
       }
     }
+    for (auto& [device, e] : probes) returned.events.emplace_back(device, e);
+    give_back(returned);
   }
 
-  void complete(CompletionTask* task, CUresult r, std::vector<std::pair<int, CUevent>>& returned) {
-    task->result = r;
-    if (task->pooled) {
-      returned.emplace_back(task->device, task->event);  // back to the pool after this pass
-      task->event = nullptr;
+  // Runs (or readies) a task the stream reached with `r`, reading it without writing it.
+  void complete(CompletionTask* task, CUresult r, Returned& returned) {
+    if (task->word != nullptr) {
+      // A word the stream wrote is free again; one it did not (its work failed) is not reused.
+      if (r == CUDA_SUCCESS) {
+        __atomic_store_n(task->word, std::uint64_t{0}, __ATOMIC_RELAXED);
+        returned.words.push_back(task->word);
+      }
+    } else if (task->pooled) {
+      returned.events.emplace_back(task->device, task->event);  // back to the pool after this pass
     } else {
-      release_event(task);
+      release_call<&DriverApi::cuEventDestroy>("event", task->event, task->event);
     }
     if (options_.delivery == CompletionDelivery::thread || task->immediate) {
       run_task(task, r);
@@ -478,7 +614,7 @@ class CompletionEngine {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       was_empty = ready_.empty();
-      ready_.push(task);
+      ready_.emplace_back(task, r);
     }
     if (was_empty) {
       const std::uint64_t one = 1;
@@ -486,21 +622,25 @@ class CompletionEngine {
     }
   }
 
-  static void give_back(std::vector<std::pair<int, CUevent>>& returned) noexcept {
-    if (returned.empty()) return;
+  static void give_back(Returned& returned) noexcept {
+    if (!returned.words.empty()) word_pool().give_back(returned.words, returned.words.size());
+    returned.words.clear();  // out of memory: they leak
+    if (returned.events.empty()) return;
     try {
       std::unordered_map<int, std::vector<CUevent>> by_device;
-      for (const auto& [device, e] : returned) by_device[device].push_back(e);
-      for (auto& [device, events] : by_device) event_pool().give_back(device, events);
+      for (const auto& [device, e] : returned.events) by_device[device].push_back(e);
+      for (auto& [device, events] : by_device) give_back_events(device, events);
     } catch (...) {  // out of memory: the events leak, nothing dangles
     }
-    returned.clear();
+    returned.events.clear();
   }
 
   CompletionOptions options_;
+  bool memory_;  // CompletionMechanism::memory_write
   std::mutex mutex_;
   std::condition_variable wake_;
-  TaskList ready_;  // caller delivery: completed, waiting for run_ready()
+  // Caller delivery: completed, with their results, waiting for run_ready().
+  std::vector<std::pair<CompletionTask*, CUresult>> ready_;
   bool stop_ = false;
   bool abandon_ = false;
   std::atomic<bool> sleeping_{false};

@@ -26,6 +26,7 @@
 #include "test_support.hpp"
 
 using custream::CompletionDelivery;
+using custream::CompletionMechanism;
 using custream::CompletionOptions;
 using custream::Completions;
 using custream::Device;
@@ -94,12 +95,29 @@ struct Tracked {
   ~Tracked() { gone.fetch_add(1); }
 };
 
+// Options with `mechanism` (and `delivery`).
+CompletionOptions with(CompletionMechanism mechanism,
+                       CompletionDelivery delivery = CompletionDelivery::thread) {
+  CompletionOptions o;
+  o.mechanism = mechanism;
+  o.delivery = delivery;
+  return o;
+}
+
+// Both mechanisms, named in the test's output.
+CompletionMechanism each_mechanism() {
+  const CompletionMechanism m =
+      GENERATE(CompletionMechanism::event, CompletionMechanism::memory_write);
+  UNSCOPED_INFO("mechanism " << (m == CompletionMechanism::event ? "event" : "memory_write"));
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("completions run after the stream's work, in order, on custream's thread",
           "[completions][gpu]") {
   REQUIRE_DRIVER();
-  Completions engine;
+  Completions engine(with(each_mechanism()));
   const Stream s(Device(0), StreamFlags::non_blocking);
   std::vector<int> order;
   std::mutex order_mutex;
@@ -150,7 +168,7 @@ TEST_CASE("completions run after the stream's work, in order, on custream's thre
 
 TEST_CASE("completions delivered to the caller through an eventfd", "[completions][gpu]") {
   REQUIRE_DRIVER();
-  Completions engine(CompletionOptions{CompletionDelivery::caller});
+  Completions engine(with(each_mechanism(), CompletionDelivery::caller));
   REQUIRE(engine.eventfd() >= 0);
   CHECK(Completions().eventfd() == -1);
   const Stream s(Device(0), StreamFlags::non_blocking);
@@ -204,7 +222,8 @@ TEST_CASE("completions refuse a capturing stream, also a foreign capture", "[com
 TEST_CASE("completion errors: a throwing callback, a failed stream, every device and context",
           "[completions][gpu]") {
   REQUIRE_DRIVER();
-  Completions engine;
+  const CompletionMechanism mechanism = each_mechanism();
+  Completions engine(with(mechanism));
   std::mutex m;
   std::vector<std::string> reported;
   const auto previous =
@@ -238,11 +257,14 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
         custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
     Tracked::made = 0;
     Tracked::gone = 0;
-    fail("cuEventRecord", 1, CUDA_ERROR_INVALID_HANDLE);
+    fail(mechanism == CompletionMechanism::event ? "cuEventRecord" : "cuStreamWriteValue64", 1,
+         CUDA_ERROR_INVALID_HANDLE);
     expect_error([&] { engine.when_done(s, [t = Tracked{}] { FAIL("ran"); }); },
                  CUDA_ERROR_INVALID_HANDLE, "registering a completion");
     CHECK(Tracked::made.load() == Tracked::gone.load());
-    sticky(CUDA_ERROR_LAUNCH_FAILED);  // as after a kernel fault: every query fails
+    // As after a kernel fault: every call fails, and a stream writes nothing more (the
+    // watcher asks the driver once it has waited `spin` without a completion).
+    sticky(CUDA_ERROR_LAUNCH_FAILED);
     const bool failed = eventually([&] { return seen.load() != CUDA_SUCCESS; }) &&
                         f.wait_for(10s) == std::future_status::ready;
     sticky(CUDA_SUCCESS);
@@ -289,8 +311,9 @@ TEST_CASE("completions: nothing lost or run twice when an engine or a stream goe
     opened = true;
     gate->open();
   });
+  const CompletionMechanism mechanism = each_mechanism();
   {
-    Completions engine;
+    Completions engine(with(mechanism));
     for (int i = 0; i < 10; ++i) engine.when_done(*s, [&ran, t = Tracked{}] { ran++; });
     s.reset();  // the stream goes with registrations pending: they still run
   }             // the engine goes with registrations pending: its destructor waits, runs them
@@ -300,7 +323,7 @@ TEST_CASE("completions: nothing lost or run twice when an engine or a stream goe
   CHECK(Tracked::made.load() == Tracked::gone.load());
 
   // Many threads on many streams: every callback exactly once.
-  Completions engine;
+  Completions engine(with(mechanism));
   constexpr int kThreads = 8, kEach = 2000;
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < kThreads; ++i) {
@@ -320,4 +343,29 @@ TEST_CASE("completions: nothing lost or run twice when an engine or a stream goe
   int once = 0;
   for (auto& h : hits) once += h.load() == 1;
   CHECK(once == kThreads * kEach);
+}
+
+TEST_CASE("completion mechanisms make the driver calls they say", "[completions][emu-only]") {
+  if (!custream_test::emulated()) CUSTREAM_SKIP("counts the emulator's calls");
+  auto count_calls = custream_test::emu_symbol<void (*)(int)>("custream_emu_count_calls");
+  auto calls = custream_test::emu_symbol<long (*)(const char*)>("custream_emu_call_count");
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  for (const CompletionMechanism m : {CompletionMechanism::automatic, CompletionMechanism::event,
+                                      CompletionMechanism::memory_write}) {
+    Completions engine(with(m));
+    engine.future(s).get();  // pools filled, the device's support asked
+    count_calls(1);
+    for (int i = 0; i < 10; ++i) engine.future(s).get();
+    INFO("mechanism " << static_cast<int>(m));
+    const bool words = m == CompletionMechanism::memory_write;
+    CHECK(calls("cuStreamIsCapturing") == 10);
+    CHECK(calls("cuStreamWriteValue64") == (words ? 10 : 0));
+    CHECK(calls("cuEventRecord") == (words ? 0 : 10));
+    if (words) {
+      CHECK(calls("cuEventQuery") == 0);  // watching words makes no driver calls
+    } else {
+      CHECK(calls("cuEventQuery") >= 10);
+    }
+    count_calls(0);  // (clears the counts)
+  }
 }

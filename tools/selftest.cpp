@@ -11,7 +11,6 @@
 #include <cstring>
 #include <functional>
 #include <future>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -352,6 +351,21 @@ struct DeviceChecks {
              "the future was not ready after 10 s");
       done.get();
       expect(called.load(), "the callback had not run when the later future was ready");
+    });
+
+    row(t, d, "completion by a written word (cuStreamWriteValue64, host-mapped)", [&] {
+      need_stream();
+      custream::CompletionOptions options;
+      options.mechanism = custream::CompletionMechanism::memory_write;
+      custream::Completions words(options);
+      std::atomic<CUresult> seen{CUDA_ERROR_NOT_READY};
+      stream.memset32(buffer.get(), 8, 1);
+      words.when_done(stream, [&seen](CUresult r) { seen = r; });
+      std::future<void> done = words.future(stream);
+      expect(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready,
+             "the future was not ready after 10 s");
+      done.get();
+      expect(seen.load() == CUDA_SUCCESS, "the callback had not run, or saw an error");
     });
 
     if (!no_kernels.empty()) {

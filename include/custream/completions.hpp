@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <new>
@@ -26,13 +27,13 @@ struct CompletionTask {
   void (*invoke)(CompletionTask* self, CUresult result);
   /// Destroys the callable and frees the task, never calling the driver.
   void (*destroy)(CompletionTask* self) noexcept;
-  StreamRef view;             // the stream registered on, for errors
-  CUstream stream = nullptr;  // its handle (the watcher's queue)
-  int device = -1;            // its device (-1 for a special handle)
-  CUevent event = nullptr;    // recorded at registration (the engine's)
-  bool pooled = false;        // the event returns to its device's pool
-  bool immediate = false;     // runs on the completion thread whatever the delivery (no user code)
-  CUresult result = CUDA_SUCCESS;  // the stream's result, once complete
+  StreamRef view;                 // the stream registered on, for errors
+  CUstream stream = nullptr;      // its handle (the watcher's queue)
+  int device = -1;                // its device (-1 for a special handle)
+  CUevent event = nullptr;        // recorded at registration (the engine's), or
+  std::uint64_t* word = nullptr;  // host-mapped, written 1 by the stream at registration
+  bool pooled = false;            // the event returns to its device's pool
+  bool immediate = false;  // runs on the completion thread whatever the delivery (no user code)
   CompletionTask* next = nullptr;
 };
 
@@ -96,10 +97,32 @@ enum class CompletionDelivery : unsigned char {
   caller,
 };
 
+/// How a Completions learns that a stream reached a registration.
+enum class CompletionMechanism : unsigned char {
+  /// `event` on every device: measured on an H200, it costs the enqueueing thread and the GPU
+  /// least (docs/performance.md, "Completion notifications").
+  automatic,
+  /// Each registration records an event on the stream (cuEventRecord); the watcher queries the
+  /// pending events (cuEventQuery). Works for every stream.
+  event,
+  /// Each registration has the stream write a word of host-mapped memory
+  /// (cuStreamWriteValue64); the watcher reads the words with plain loads, making no driver
+  /// calls while it watches. Sees completion sooner, but enqueueing the write costs the
+  /// registering thread more and the stream holds the next kernel back longer (measured on an
+  /// H200: docs/performance.md). Used for streams of primary and green contexts on devices with
+  /// 64-bit stream memory operations and unified addressing; other streams (a created
+  /// context's, a special handle) use events. A stream whose work fails never writes its word:
+  /// the watcher asks the driver for the context's error once it has waited `spin` without a
+  /// completion, and completes every registration of that device with it.
+  memory_write,
+};
+
 /// How a Completions watches.
 struct CompletionOptions {
   /// Where callbacks run.
   CompletionDelivery delivery = CompletionDelivery::thread;
+  /// How completion is seen.
+  CompletionMechanism mechanism = CompletionMechanism::automatic;
   /// How long the watcher spins on pending work without seeing any completion before it backs
   /// off (to sleeps growing from 50 µs to 1 ms); with nothing pending it sleeps until a
   /// registration wakes it, using no CPU.
@@ -111,10 +134,11 @@ struct CompletionOptions {
 };
 
 /// Tells you when the work enqueued so far on a stream is done, without putting a host node
-/// in the stream: each registration records an event on the stream (no stall: ~0.2 µs between
-/// two kernels on an H200, against ~41 µs for a host function), and a watcher thread of custream's
-/// queries the pending events, spinning while any is pending, so a callback starts a few
-/// microseconds after the work ends instead of the ~36 µs of the driver's host-function thread.
+/// in the stream: each registration records an event on the stream (between two kernels on an
+/// H200 it adds no measurable gap, a host function tens of microseconds), and a watcher thread
+/// of custream's queries the pending events, spinning while any is pending, so a callback
+/// starts a few microseconds after the work ends instead of the tens of microseconds of the
+/// driver's host-function thread (docs/performance.md has the measured figures).
 ///
 /// @code
 /// custream::Completions& done = custream::Completions::standard();
@@ -152,12 +176,12 @@ class Completions {
   static Completions& standard();
 
   /// Calls `callback` (`void()` or `void(CUresult)`) once the work enqueued so far on `stream`
-  /// is done. One cuEventRecord on the stream, in the stream's context (or the current one for
-  /// a special handle).
+  /// is done. One cuEventRecord (or cuStreamWriteValue64, see CompletionMechanism) on the
+  /// stream, in the stream's context (or the current one for a special handle).
   /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) saying what to do when the stream
   /// captures (also a capture begun by foreign code); Error naming the stream when the driver
-  /// refuses the record, or (CUDA_ERROR_INVALID_CONTEXT) when a special handle has no current
-  /// context. The callback is destroyed, not run, when this throws.
+  /// refuses the record or the write, or (CUDA_ERROR_INVALID_CONTEXT) when a special handle has no
+  /// current context. The callback is destroyed, not run, when this throws.
   template <typename F>
   void when_done(const StreamRef& stream, F&& callback) {
     static_assert(
