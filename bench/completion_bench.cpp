@@ -1,8 +1,9 @@
 // The completion cases of `custream bench` (docs/performance.md, "Completion notifications"):
-// the cost of registering a completion on the enqueueing thread, against the cuEventRecord it
-// makes (of a distinct event per notification, as custream's are: re-recording one event would
-// lose the earlier point). Device 0. Latency, stall, throughput and idle CPU:
-// bench/completion_latency.cpp.
+// the cost of registering a completion on the enqueueing thread, against the driver calls it
+// makes: cuEventRecord (of a distinct event per notification, as custream's are: re-recording
+// one event would lose the earlier point) or, for the written-words mechanism,
+// cuStreamWriteValue64 (of a distinct word each). Device 0. Latency, stall, throughput and idle
+// CPU: bench/completion_latency.cpp.
 #include <vector>
 
 #include "bench_cases.hpp"
@@ -21,8 +22,14 @@ struct CompletionState {
     o.poll_interval = std::chrono::microseconds(20);
     return o;
   }()};
+  custream::Completions words{[] {  // the written-words mechanism
+    custream::CompletionOptions o;
+    o.mechanism = custream::CompletionMechanism::memory_write;
+    return o;
+  }()};
   std::vector<CUevent> events;  // the raw side's: a distinct event per notification, cycled
   std::size_t next = 0;
+  void* raw_words = nullptr;  // the raw side's words (host-mapped), cycled like the events
 };
 
 CompletionState& state() {
@@ -30,9 +37,13 @@ CompletionState& state() {
     custream::Device(0).make_current();
     auto* st = new CompletionState;
     st->events.resize(1024);
-    for (CUevent& e : st->events) {
-      check(custream::testing::driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING),
-            "cuEventCreate");
+    const auto& api = custream::testing::driver();
+    for (CUevent& e : st->events)
+      check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    if (api.cuMemHostAlloc != nullptr) {
+      check(api.cuMemHostAlloc(&st->raw_words, st->events.size() * 8,
+                               CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+            "cuMemHostAlloc");
     }
     return st;
   }();
@@ -56,6 +67,20 @@ void raw_checked_records(const custream::detail::DriverApi& api, int n) {
 void register_batch(int n) {
   CompletionState& st = state();
   for (int i = 0; i < n; ++i) st.engine.when_done(st.stream, [] {});
+}
+
+// The raw side of the written-words row: the capture check and a write of a distinct word.
+void raw_checked_writes(const custream::detail::DriverApi& api, int n) {
+  CompletionState& st = state();
+  for (int i = 0; i < n; ++i) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    api.cuStreamIsCapturing(st.stream.handle(), &status);
+    if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+      api.cuStreamWriteValue64(st.stream.handle(),
+                               reinterpret_cast<CUdeviceptr>(st.raw_words) + 8 * st.next, 1, 0);
+    }
+    st.next = (st.next + 1) % st.events.size();
+  }
 }
 
 }  // namespace
@@ -124,6 +149,27 @@ void add_completion_cases(std::vector<Case>& cases) {
     time_parked(c, st.stream.handle());
   };
   cases.push_back(std::move(slow));
+
+  // The written-words mechanism against the calls it makes.
+  Case words{"completion registration (written words) vs raw capture check + write",
+             {},
+             {},
+             {Target::Kind::raw_plus_abs, 60, 0},
+             256,
+             61,
+             {},
+             "cuStreamIsCapturing + cuStreamWriteValue64 (a distinct word each)"};
+  words.prepare = [](Case& c) {
+    CompletionState& st = state();
+    const auto& api = custream::testing::driver();
+    c.raw = [&api](int n) { raw_checked_writes(api, n); };
+    c.ours = [](int n) {
+      CompletionState& st = state();
+      for (int i = 0; i < n; ++i) st.words.when_done(st.stream, [] {});
+    };
+    time_parked(c, st.stream.handle());
+  };
+  cases.push_back(std::move(words));
 }
 
 }  // namespace custream_bench

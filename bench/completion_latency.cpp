@@ -5,12 +5,18 @@
 //               a spinning thread timestamps that store (the reference), the notification
 //               timestamps itself; latency = notification - reference. Per way: p50, p99, max.
 //   stall:      two kernels each stamp %globaltimer into host-mapped memory; the gap between
-//               them with nothing, a completion registration, cuEventRecord, or
-//               cuLaunchHostFunc between.
-//   throughput: 8 threads register on 8 streams; notifications per second, every callback once.
+//               them with nothing, a completion registration (each mechanism), cuEventRecord,
+//               cuStreamWriteValue64, or cuLaunchHostFunc between.
+//   throughput: 8 threads register on 8 streams; notifications per second, every callback once
+//               (each mechanism, and the raw calls it makes).
 //   idle:       the watcher's CPU share with nothing pending, over 10 s.
+//   hand-off:   what a registration's parts cost the enqueueing thread, with raw code: the
+//               capture check and a record alone; with another thread spinning (nothing
+//               shared); pushing onto a stack that thread polls; handing it 128-byte blocks;
+//               that thread querying the newest event, or the oldest pending one.
 //
-//   ./build/bench/custream-completion-latency [SAMPLES]   (default 300)
+//   ./build/bench/custream-completion-latency [SAMPLES [CSV]]   (default 300; CSV: every
+//   latency sample as "way,us", for bench/plot_latency.py)
 #include <poll.h>
 #include <sched.h>
 #include <time.h>
@@ -127,9 +133,184 @@ std::vector<double> latencies(const custream::Stream& s, const custream::Kernel&
   return out;
 }
 
-void print_row(const char* way, const std::vector<double>& us) {
-  std::printf("  %-44s p50 %7.2f us   p99 %7.2f us   max %8.2f us   (%zu samples)\n", way,
+std::FILE* g_samples = nullptr;  // the latency samples' CSV, when asked for
+
+void print_row(const char* way, const std::vector<double>& us, bool latency = false) {
+  std::printf("  %-52s p50 %7.2f us   p99 %7.2f us   max %8.2f us   (%zu samples)\n", way,
               percentile(us, 0.5), percentile(us, 0.99), percentile(us, 1.0), us.size());
+  if (latency && g_samples != nullptr) {
+    for (double v : us) std::fprintf(g_samples, "\"%s\",%.3f\n", way, v);
+  }
+}
+
+custream::CompletionOptions options(custream::CompletionMechanism mechanism,
+                                    custream::CompletionDelivery delivery) {
+  custream::CompletionOptions o;
+  o.mechanism = mechanism;
+  o.delivery = delivery;
+  return o;
+}
+
+// Throughput: `threads` threads register `each` callbacks on a stream of their own; prints
+// the rate and whether every callback ran once.
+void throughput(const char* label, custream::Completions& engine,
+                const std::vector<std::unique_ptr<custream::Stream>>& streams, int each) {
+  const int threads_n = static_cast<int>(streams.size());
+  std::atomic<long> ran{0};
+  timespec cpu0{}, cpu1{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_n; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) engine.when_done(*streams[t], [&ran] { ran++; });
+    });
+  }
+  for (auto& th : threads) th.join();
+  const long total = static_cast<long>(threads_n) * each;
+  while (ran.load() < total) {
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+  const double cpu = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
+  std::printf(
+      "throughput (%s): %ld notifications over %d threads and streams in %.3f s: %.0f /s "
+      "(every callback once: %s); process CPU %.2f cores\n",
+      label, total, threads_n, seconds, total / seconds, ran.load() == total ? "yes" : "NO",
+      cpu / seconds);
+}
+
+// The same threads making `calls(stream, thread, i)` raw: what the driver allows.
+void raw_throughput(const char* label,
+                    const std::vector<std::unique_ptr<custream::Stream>>& streams, int each,
+                    const std::function<void(CUstream, int, int)>& calls) {
+  const int threads_n = static_cast<int>(streams.size());
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_n; ++t) {
+    threads.emplace_back([&, t] {
+      const CUstream h = streams[t]->handle();
+      for (int i = 0; i < each; ++i) calls(h, t, i);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("raw: the same threads making %s: %.0f /s\n", label,
+              static_cast<double>(threads_n) * each / seconds);
+}
+
+// The hand-off rows (see the top): ns per registration-like step on a stream held at a
+// cuStreamWaitValue32 gate, median of 300 batches of 256.
+void handoff(const custream::Stream& stream) {
+  const auto& api = custream::testing::driver();
+  const CUstream s = stream.handle();
+  constexpr int kEvents = 4096, kBatch = 256, kBatches = 300;
+  std::vector<CUevent> events(kEvents);
+  for (CUevent& e : events) check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  Mapped gate(64);
+  int next = 0;
+  auto measure = [&](const char* label, const std::function<void(int)>& step) {
+    std::vector<double> per;
+    for (int b = 0; b < kBatches; ++b) {
+      *u32(gate.host) = 0;
+      check(api.cuStreamWaitValue32(s, gate.device, 1, CU_STREAM_WAIT_VALUE_GEQ),
+            "cuStreamWaitValue32");
+      const auto t0 = Clock::now();
+      for (int i = 0; i < kBatch; ++i) {
+        step(next);
+        next = (next + 1) % kEvents;
+      }
+      const auto t1 = Clock::now();
+      *u32(gate.host) = 1;
+      stream.synchronize();
+      per.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / kBatch);
+    }
+    std::printf("  %-60s p50 %7.1f ns\n", label, percentile(per, 0.5));
+  };
+  const auto record = [&](int i) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    api.cuStreamIsCapturing(s, &status);
+    api.cuEventRecord(events[static_cast<std::size_t>(i)], s);
+  };
+  // Another thread: `poll()` then a 500 ns pause, as the watcher does, until stopped.
+  const auto with_thread = [&](const char* label, const std::function<void()>& poll,
+                               const std::function<void(int)>& step) {
+    std::atomic<bool> stop{false};
+    std::thread other([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        poll();
+        const auto until = Clock::now() + std::chrono::nanoseconds(500);
+        while (Clock::now() < until) {
+#if defined(__x86_64__)
+          __builtin_ia32_pause();
+#endif
+        }
+      }
+    });
+    measure(label, step);
+    stop = true;
+    other.join();
+  };
+  std::printf(
+      "hand-off: the parts of a registration, raw, on the enqueueing thread (another thread "
+      "polls every 500 ns)\n");
+  measure("cuStreamIsCapturing + cuEventRecord, alone", record);
+  with_thread(
+      "+ another thread spinning, nothing shared", [] {}, record);
+  std::atomic<void*> stack{nullptr};
+  static char item[64];
+  with_thread(
+      "+ a push onto a stack the other thread takes",
+      [&] {
+        if (stack.load(std::memory_order_relaxed) != nullptr) stack.exchange(nullptr);
+      },
+      [&](int i) {
+        record(i);
+        void* head = stack.load(std::memory_order_relaxed);
+        while (!stack.compare_exchange_weak(head, item)) {
+        }
+      });
+  std::vector<char*> blocks(kEvents);
+  for (char*& b : blocks) b = static_cast<char*>(::operator new(128, std::align_val_t(64)));
+  std::atomic<int> published{-1};
+  int seen = -1, handed = 0;
+  with_thread(
+      "+ a 128-byte block handed over (read and written there, reused)",
+      [&] {
+        for (const int p = published.load(std::memory_order_acquire); seen < p;) {
+          char* b = blocks[static_cast<std::size_t>(++seen % 256)];
+          b[8] = static_cast<char>(b[0] + b[64]);
+        }
+      },
+      [&](int i) {
+        std::memset(blocks[static_cast<std::size_t>(handed % 256)], i, 128);
+        record(i);
+        published.store(handed++, std::memory_order_release);
+      });
+  for (char* b : blocks) ::operator delete(b, std::align_val_t(64));
+  std::atomic<int> newest{-1};
+  with_thread(
+      "+ the other thread querying the newest event",
+      [&] {
+        const int n = newest.load(std::memory_order_relaxed);
+        if (n >= 0) api.cuEventQuery(events[static_cast<std::size_t>(n)]);
+      },
+      [&](int i) {
+        record(i);
+        newest.store(i, std::memory_order_relaxed);
+      });
+  std::atomic<int> oldest{-1};
+  with_thread(
+      "+ the other thread querying the oldest pending event",
+      [&] {
+        const int n = oldest.load(std::memory_order_relaxed);
+        if (n >= 0) api.cuEventQuery(events[static_cast<std::size_t>(n)]);
+      },
+      [&](int i) {
+        if (i % kBatch == 0) oldest.store(i, std::memory_order_relaxed);
+        record(i);
+      });
+  for (CUevent e : events) api.cuEventDestroy(e);
 }
 
 }  // namespace
@@ -148,63 +329,104 @@ int main(int argc, char** argv) {
     const custream::Module module = custream::Module::from_ptx(kPtx, 0);
     const custream::Kernel gated = module.kernel("gated_store");
     const custream::Kernel stamp = module.kernel("stamp");
-    custream::Completions engine;
-    custream::Completions polled(custream::CompletionOptions{custream::CompletionDelivery::caller});
+    using custream::CompletionDelivery;
+    using custream::CompletionMechanism;
+    custream::Completions engine(options(CompletionMechanism::event, CompletionDelivery::thread));
+    custream::Completions words(
+        options(CompletionMechanism::memory_write, CompletionDelivery::thread));
+    custream::Completions polled(options(CompletionMechanism::event, CompletionDelivery::caller));
+    if (argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
+      std::fprintf(g_samples, "way,us\n");
+    }
 
     std::printf("latency: a kernel's last store to host-mapped memory -> the notification\n");
-    print_row("Completions::when_done (callback)", latencies(s, gated, samples, [&](auto done) {
-                engine.when_done(s, [done] { done(now_ns()); });
-              }));
+    print_row("Completions::when_done (callback), events",
+              latencies(s, gated, samples,
+                        [&](auto done) { engine.when_done(s, [done] { done(now_ns()); }); }),
+              true);
+    print_row("Completions::when_done (callback), written words",
+              latencies(s, gated, samples,
+                        [&](auto done) { words.when_done(s, [done] { done(now_ns()); }); }),
+              true);
     print_row("Completions::future (a thread waiting)",
-              latencies(s, gated, samples, [&](auto done) {
-                auto f = std::make_shared<std::future<void>>(engine.future(s));
-                std::thread([f, done] {
-                  f->wait();
-                  done(now_ns());
-                }).detach();
-              }));
-    print_row("Completions::future (a thread spinning on wait_for(0))",
-              latencies(s, gated, samples, [&](auto done) {
-                auto f = std::make_shared<std::future<void>>(engine.future(s));
-                std::thread([f, done] {
-                  while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-                  }
-                  done(now_ns());
-                }).detach();
-              }));
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          auto f = std::make_shared<std::future<void>>(engine.future(s));
+                          std::thread([f, done] {
+                            f->wait();
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    print_row(
+        "Completions::future (a thread spinning on wait_for(0))",
+        latencies(s, gated, samples,
+                  [&](auto done) {
+                    auto f = std::make_shared<std::future<void>>(engine.future(s));
+                    std::thread([f, done] {
+                      while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+                      }
+                      done(now_ns());
+                    }).detach();
+                  }),
+        true);
     print_row("Completions eventfd (a thread in poll)",
-              latencies(s, gated, samples, [&](auto done) {
-                polled.when_done(s, [] {});
-                std::thread([&polled, done] {
-                  pollfd p{polled.eventfd(), POLLIN, 0};
-                  ::poll(&p, 1, 10000);
-                  done(now_ns());
-                  polled.run_ready();
-                }).detach();
-              }));
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          polled.when_done(s, [] {});
+                          std::thread([&polled, done] {
+                            pollfd p{polled.eventfd(), POLLIN, 0};
+                            ::poll(&p, 1, 10000);
+                            done(now_ns());
+                            polled.run_ready();
+                          }).detach();
+                        }),
+              true);
     print_row("cuLaunchHostFunc (the driver's thread)",
-              latencies(s, gated, samples, [&](auto done) {
-                auto* d = new std::function<void(double)>(done);
-                check(api.cuLaunchHostFunc(
-                          s.handle(),
-                          [](void* p) {
-                            auto* f = static_cast<std::function<void(double)>*>(p);
-                            (*f)(now_ns());
-                            delete f;
-                          },
-                          d),
-                      "cuLaunchHostFunc");
-              }));
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          auto* d = new std::function<void(double)>(done);
+                          check(api.cuLaunchHostFunc(
+                                    s.handle(),
+                                    [](void* p) {
+                                      auto* f = static_cast<std::function<void(double)>*>(p);
+                                      (*f)(now_ns());
+                                      delete f;
+                                    },
+                                    d),
+                                "cuLaunchHostFunc");
+                        }),
+              true);
     CUevent raw_event = nullptr;
     check(api.cuEventCreate(&raw_event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    print_row("cuEventQuery spinning (raw floor)", latencies(s, gated, samples, [&](auto done) {
-                check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
-                std::thread([&api, raw_event, done] {
-                  while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
-                  }
-                  done(now_ns());
-                }).detach();
-              }));
+    print_row("cuEventQuery spinning (raw floor, events)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
+                          std::thread([&api, raw_event, done] {
+                            while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
+                            }
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    Mapped raw_word(64);
+    std::uint64_t raw_value = 0;
+    print_row("cuStreamWriteValue64, a load spinning (raw floor, words)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          ++raw_value;
+                          check(api.cuStreamWriteValue64(s.handle(), raw_word.device, raw_value, 0),
+                                "cuStreamWriteValue64");
+                          std::thread([&raw_word, value = raw_value, done] {
+                            while (__atomic_load_n(static_cast<std::uint64_t*>(raw_word.host),
+                                                   __ATOMIC_ACQUIRE) != value) {
+                            }
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    if (g_samples != nullptr) std::fclose(g_samples);
 
     std::printf(
         "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so that "
@@ -227,9 +449,16 @@ int main(int argc, char** argv) {
       return us;
     };
     print_row("nothing between", gap([] {}));
-    print_row("a completion registration between", gap([&] { engine.when_done(s, [] {}); }));
+    print_row("a completion registration between (events)",
+              gap([&] { engine.when_done(s, [] {}); }));
+    print_row("a completion registration between (written words)",
+              gap([&] { words.when_done(s, [] {}); }));
     print_row("cuEventRecord between",
               gap([&] { check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord"); }));
+    print_row("cuStreamWriteValue64 between", gap([&] {
+                check(api.cuStreamWriteValue64(s.handle(), raw_word.device, ++raw_value, 0),
+                      "cuStreamWriteValue64");
+              }));
     print_row("cuLaunchHostFunc between", gap([&] {
                 check(api.cuLaunchHostFunc(
                           s.handle(), [](void*) {}, nullptr),
@@ -237,7 +466,7 @@ int main(int argc, char** argv) {
               }));
     s.synchronize();
 
-    // Throughput: 8 threads, 8 streams, each callback once.
+    // Throughput: 8 threads, 8 streams, each callback once; then the raw calls.
     constexpr int kThreads = 8;
     const int each = 125000;
     std::vector<std::unique_ptr<custream::Stream>> streams;
@@ -245,58 +474,38 @@ int main(int argc, char** argv) {
       streams.push_back(std::make_unique<custream::Stream>(custream::Device(0),
                                                            custream::StreamFlags::non_blocking));
     }
-    std::atomic<long> ran{0};
-    timespec cpu0{}, cpu1{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-    const auto start = Clock::now();
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int i = 0; i < each; ++i) engine.when_done(*streams[t], [&ran] { ran++; });
-      });
-    }
-    for (auto& th : threads) th.join();
-    while (ran.load() < static_cast<long>(kThreads) * each) {
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
-    const double cpu = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
-    std::printf(
-        "throughput: %d notifications over %d threads and streams in %.3f s: %.0f /s "
-        "(every callback once: %s); process CPU %.2f cores\n",
-        kThreads * each, kThreads, seconds, kThreads * each / seconds,
-        ran.load() == static_cast<long>(kThreads) * each ? "yes" : "NO", cpu / seconds);
-
-    // The same eight threads making the driver calls a registration makes, raw: what the
-    // driver allows.
+    throughput("events", engine, streams, each);
+    throughput("written words", words, streams, each / 4);
     {
       std::vector<std::vector<CUevent>> events(kThreads, std::vector<CUevent>(1024));
       for (auto& v : events) {
         for (CUevent& e : v) check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
       }
-      const auto raw_start = Clock::now();
-      std::vector<std::thread> raw_threads;
-      for (int t = 0; t < kThreads; ++t) {
-        raw_threads.emplace_back([&, t] {
-          const CUstream h = streams[t]->handle();
-          for (int i = 0; i < each; ++i) {
-            CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-            api.cuStreamIsCapturing(h, &status);
-            api.cuEventRecord(events[t][i % 1024], h);
-          }
-        });
-      }
-      for (auto& th : raw_threads) th.join();
-      const double raw_seconds = std::chrono::duration<double>(Clock::now() - raw_start).count();
-      std::printf("raw: the same threads making cuStreamIsCapturing + cuEventRecord: %.0f /s\n",
-                  kThreads * each / raw_seconds);
+      raw_throughput("cuStreamIsCapturing + cuEventRecord", streams, each,
+                     [&](CUstream h, int t, int i) {
+                       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+                       api.cuStreamIsCapturing(h, &status);
+                       api.cuEventRecord(events[static_cast<std::size_t>(t)][i % 1024], h);
+                     });
       for (auto& v : events) {
         for (CUevent e : v) api.cuEventDestroy(e);
       }
+      Mapped raw_words(kThreads * 1024 * 8);
+      raw_throughput("cuStreamIsCapturing + cuStreamWriteValue64", streams, each / 4,
+                     [&](CUstream h, int t, int i) {
+                       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+                       api.cuStreamIsCapturing(h, &status);
+                       api.cuStreamWriteValue64(h, raw_words.device + 8 * (t * 1024 + i % 1024), 1,
+                                                0);
+                     });
+      for (auto& st : streams) st->synchronize();
     }
+
+    handoff(s);
 
     // Idle: nothing pending for 10 s.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin budget
+    timespec cpu0{}, cpu1{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
     std::this_thread::sleep_for(std::chrono::seconds(10));
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
