@@ -532,6 +532,8 @@ class CompletionEngine {
     }
   }
 
+  static constexpr int kTakeEvery = 4;
+
   // The watcher (invariants 2, 4, 9).
   void watch() noexcept {
     std::unordered_map<CUstream, TaskQueue> queues;
@@ -540,12 +542,21 @@ class CompletionEngine {
     Returned returned;
     Clock::time_point last_progress = Clock::now();
     long backoff_us = 0;
+    int passes_without_taking = 0;
     for (;;) {
       bool abandon = false;
       const bool stop = stopping(&abandon);
       if (abandon) break;
       batch.clear();
-      take_incoming(batch);
+      // While registrations are pending and none completes, the incoming stack is read every
+      // kTakeEvery passes only: each read takes its line from the registering threads, whose
+      // next push then waits for it (invariant 4).
+      if (queues.empty() || passes_without_taking >= kTakeEvery - 1) {
+        take_incoming(batch);
+        passes_without_taking = 0;
+      } else {
+        ++passes_without_taking;
+      }
       if (queues.empty() && batch.empty()) {
         if (stop) break;
         sleep(std::nullopt);
@@ -565,6 +576,7 @@ class CompletionEngine {
       if (progress) {
         last_progress = now;
         backoff_us = 0;
+        passes_without_taking = kTakeEvery;  // the next pass takes what came meanwhile
         continue;
       }
       if (now - last_progress < options_.spin) {
@@ -587,6 +599,7 @@ class CompletionEngine {
         last_progress = Clock::now();
         backoff_us = 0;
       }
+      passes_without_taking = kTakeEvery;  // after a sleep, take at once
     }
     for (auto& [device, e] : probes) returned.events.emplace_back(device, e);
     give_back(returned);
