@@ -71,8 +71,9 @@ def sample(launch, notify, samples, go, flag):
         spinning = threading.Event()
 
         def spin(value=i):
-            # The spinner itself says "go" and holds the GIL until it sees the store, so that
-            # no thread told of the completion can take its timestamp first.
+            # The spinner itself says "go" and keeps the GIL until it sees the store (Python
+            # takes it from a running thread only after its switch interval, 5 ms, far longer
+            # than the kernel), so that no thread told of the completion stamps first.
             spinning.wait()
             go[0] = value
             while flag[0] != value:
@@ -86,7 +87,8 @@ def sample(launch, notify, samples, go, flag):
         time.sleep(0.0003)  # waiters are waiting
         spinning.set()
         spinner.join()
-        got.wait(10)
+        if not got.wait(10) or not reference:
+            raise RuntimeError(f"sample {i}: no notification within 10 s")
         out.append((told[0] - reference[0]) / 1000.0)
     return out
 
@@ -135,7 +137,9 @@ def main():
     except Exception as e:  # noqa: BLE001
         print(f"PyTorch: n/a ({e})")
         torch = None
-    if torch is not None and torch.cuda.is_available():
+    if torch is not None and torch.cuda.is_available() and cupy is None:
+        print("PyTorch: n/a (the kernel is loaded through CuPy, which is missing)")
+    elif torch is not None and torch.cuda.is_available():
         import cupy as cp  # the kernel is loaded through CuPy; PyTorch has no PTX loader
 
         with cp.cuda.Device(args.device):

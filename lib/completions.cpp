@@ -2,10 +2,12 @@
 // reads words the stream wrote), without host functions. Design: docs/design/completions.md.
 #include "custream/completions.hpp"
 
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -83,6 +85,15 @@ template <typename T>
 struct ThreadCache {
   BatchPool<T>* pool = nullptr;
   std::vector<T> free;
+  ThreadCache() = default;
+  explicit ThreadCache(BatchPool<T>* p) noexcept : pool(p) {}
+  // Moved (a vector of caches grows), never copied: each item is held by one cache.
+  ThreadCache(ThreadCache&& other) noexcept : pool(other.pool), free(std::move(other.free)) {
+    other.free.clear();
+  }
+  ThreadCache& operator=(ThreadCache&&) = delete;
+  ThreadCache(const ThreadCache&) = delete;
+  ThreadCache& operator=(const ThreadCache&) = delete;
   ~ThreadCache() {
     if (pool != nullptr) pool->give_back(free, free.size());
   }
@@ -197,7 +208,7 @@ BatchPool<void*>& block_pool() {
 }
 
 ThreadCache<void*>& thread_blocks() {
-  thread_local ThreadCache<void*> blocks{&block_pool(), {}};
+  thread_local ThreadCache<void*> blocks(&block_pool());
   return blocks;
 }
 
@@ -251,11 +262,25 @@ void run_task(CompletionTask* task, CUresult result) noexcept {
 // (invariant 8).
 struct TaskQueue {
   std::deque<CompletionTask*> tasks;
+  // Registrations of more than one thread are queued: their push order need not be their
+  // order in the stream (invariant 2). Cleared when the queue empties.
+  bool mixed = false;
+  Clock::time_point head_since;  // when the present head became the head (invariant 9)
   CompletionTask* head() const noexcept { return tasks.front(); }
   CompletionTask* tail() const noexcept { return tasks.back(); }
-  CompletionTask* pop() noexcept {
+  void push(CompletionTask* t, Clock::time_point now) {
+    if (tasks.empty()) {
+      head_since = now;
+    } else if (tasks.back()->thread != t->thread) {
+      mixed = true;
+    }
+    tasks.push_back(t);
+  }
+  CompletionTask* pop(Clock::time_point now) noexcept {
     CompletionTask* t = tasks.front();
     tasks.pop_front();
+    head_since = now;
+    if (tasks.empty()) mixed = false;
     return t;
   }
   bool empty() const noexcept { return tasks.empty(); }
@@ -301,6 +326,15 @@ class CompletionEngine {
     for (std::size_t n = run_ready(); n > 0; n = run_ready()) {
     }
     if (fd_ >= 0) ::close(fd_);
+    for (std::size_t d = 0; d < probes_.size(); ++d) {
+      if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
+        try {
+          std::vector<CUevent> one{e};
+          give_back_events(static_cast<int>(d), one);
+        } catch (...) {  // out of memory: the event leaks
+        }
+      }
+    }
   }
 
   // Stops the watcher; `abandon`: at once, leaving pending registrations (process exit).
@@ -332,13 +366,21 @@ class CompletionEngine {
     if (r != CUDA_SUCCESS) throw_stream_error(r, "cuStreamIsCapturing", s);
     if (status != CU_STREAM_CAPTURE_STATUS_NONE) refuse_capture(s, status);
     task->view = s;
+    task->thread = static_cast<std::uintptr_t>(::pthread_self());
     task->stream = s.handle();
     task->device = special ? -1 : s.device_id();
     // The word (invariant 9), or the event: a primary-context one from the pool (green-context
     // streams use them too), else one made in the stream's context and destroyed after
     // (invariant 3).
     if (!special && s.context_kind() != ContextKind::created) {
-      if (memory_ && memory_writes_supported(l, task->device)) {
+      if (memory_ && memory_writes_supported(l, task->device) &&
+          static_cast<std::size_t>(task->device) < probes_.size()) {
+        // The device's probe for a failed context's error (invariant 9), made by the first
+        // registration, where a failure can be thrown.
+        if (probes_[static_cast<std::size_t>(task->device)].load(std::memory_order_acquire) ==
+            nullptr) {
+          make_probe(l, task->device);
+        }
         task->word = take_word(l, task->device);
         r = l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(task->word), 1,
                                        0u);
@@ -364,6 +406,17 @@ class CompletionEngine {
       throw_stream_error(r, "cuEventRecord", s, "registering a completion");
     }
     push(task);
+  }
+
+  // Sets the probe event of `device`: one of its pool's events (always complete).
+  void make_probe(const Loaded& l, int device) {
+    CUevent e = take_event(l, device);
+    CUevent expected = nullptr;
+    if (!probes_[static_cast<std::size_t>(device)].compare_exchange_strong(
+            expected, e, std::memory_order_acq_rel)) {
+      std::vector<CUevent> one{e};  // another thread's is there
+      give_back_events(device, one);
+    }
   }
 
   // Hands a registered task to the watcher.
@@ -488,58 +541,59 @@ class CompletionEngine {
   }
 
   // Completes what the stream of `q` (keyed `key`) reached; true when anything was.
-  bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned) {
+  bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned,
+            Clock::time_point now) {
     bool progress = false;
-    // An event's query is a driver call that the enqueueing threads feel: the oldest first,
-    // since a pending oldest means nothing later is done (one query). A word is a load.
     if (q.head()->word == nullptr) {
+      // An event's query is a driver call that the enqueueing threads feel: the oldest first,
+      // since a pending oldest means nothing later is done (one query).
       const CUresult r = api.cuEventQuery(q.head()->event);
       if (r == CUDA_ERROR_NOT_READY) return false;
-      complete(q.pop(), r, returned);
+      complete(q.pop(now), r, returned);
       progress = true;
+      // Then the newest (invariant 2): when it is done, every registration queued before it
+      // is, provided their push order is their order in the stream: all of one thread's, on a
+      // stream that is not a special handle (whose key is shared by streams that are not
+      // ordered together).
+      if (q.size() > 1 && !q.mixed && !is_special(key) &&
+          api.cuEventQuery(q.tail()->event) == CUDA_SUCCESS) {
+        while (!q.empty()) complete(q.pop(now), CUDA_SUCCESS, returned);
+        return true;
+      }
     }
-    // Then the newest (invariant 2): on one stream, its point reached means every earlier one
-    // is, so a queue that kept up with a busy stream completes at once. Not for a special
-    // handle, whose key is shared by streams that are not ordered together.
-    if (q.size() > 1 && !is_special(key) && reached(api, q.tail()) == CUDA_SUCCESS) {
-      while (!q.empty()) complete(q.pop(), CUDA_SUCCESS, returned);
-      return true;
-    }
+    // One by one from the oldest (a word is a load: each is read, none taken for another).
     while (!q.empty()) {
       const CUresult r = reached(api, q.head());
       if (r == CUDA_ERROR_NOT_READY) break;
-      complete(q.pop(), r, returned);
+      complete(q.pop(now), r, returned);
       progress = true;
     }
     return progress;
   }
 
-  // A stream whose work failed never writes its words (invariant 9): asks the context of each
-  // device with a word pending for its error (a never-recorded event of the device answers the
-  // context's sticky error), and completes that device's word-waiting registrations with it.
-  void probe(std::unordered_map<CUstream, TaskQueue>& queues,
-             std::unordered_map<int, CUevent>& probes, Returned& returned) {
-    const Loaded& l = loaded();
+  // A stream whose work failed never writes its words (invariant 9): for each device with a
+  // word that has been the head of its queue for `spin` or longer, asks the device's probe
+  // event (always complete: it answers the context's sticky error, if any), and completes
+  // that device's word-waiting registrations with the error.
+  void probe(std::unordered_map<CUstream, TaskQueue>& queues, Returned& returned,
+             Clock::time_point now) {
+    const DriverApi& api = loaded().api;
     std::unordered_map<int, CUresult> failed;
     for (auto& [key, q] : queues) {
-      if (q.empty() || q.head()->word == nullptr) continue;
+      if (q.empty() || q.head()->word == nullptr || now - q.head_since < options_.spin) continue;
       const int device = q.head()->device;
       auto f = failed.find(device);
       if (f == failed.end()) {
-        CUresult r = CUDA_SUCCESS;
-        auto p = probes.find(device);
-        if (p == probes.end()) {
-          try {
-            p = probes.emplace(device, take_event(l, device)).first;
-          } catch (const Error& e) {
-            r = e.result();
-          }
-        }
-        if (p != probes.end()) r = l.api.cuEventQuery(p->second);
+        const CUevent e = probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+        const CUresult r = api.cuEventQuery(e);
         f = failed.emplace(device, r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r).first;
       }
       if (f->second == CUDA_SUCCESS) continue;
-      while (!q.empty() && q.head()->word != nullptr) complete(q.pop(), f->second, returned);
+      for (auto& [other_key, other] : queues) {  // every queue of that device
+        while (!other.empty() && other.head()->word != nullptr && other.head()->device == device) {
+          complete(other.pop(now), f->second, returned);
+        }
+      }
     }
   }
 
@@ -548,10 +602,10 @@ class CompletionEngine {
   // The watcher (invariants 2, 4, 9).
   void watch() noexcept {
     std::unordered_map<CUstream, TaskQueue> queues;
-    std::unordered_map<int, CUevent> probes;  // by device: never recorded (invariant 9)
     std::vector<CompletionTask*> batch;
     Returned returned;
     Clock::time_point last_progress = Clock::now();
+    Clock::time_point last_probe = last_progress;
     long backoff_us = 0;
     int passes_without_taking = 0;
     for (;;) {
@@ -575,15 +629,21 @@ class CompletionEngine {
         backoff_us = 0;
         continue;
       }
-      for (CompletionTask* t : batch) queues[t->stream].tasks.push_back(t);
+      Clock::time_point now = Clock::now();
+      for (CompletionTask* t : batch) queues[t->stream].push(t, now);
       bool progress = false;
       const DriverApi& api = loaded().api;
+      for (auto& [key, q] : queues) progress = poll(api, key, q, returned, now) || progress;
+      // At most once per `spin`, whatever completes elsewhere (invariant 9).
+      if (memory_ && now - last_probe >= options_.spin) {
+        probe(queues, returned, now);
+        last_probe = now;
+      }
       for (auto it = queues.begin(); it != queues.end();) {
-        progress = poll(api, it->first, it->second, returned) || progress;
         it = it->second.empty() ? queues.erase(it) : std::next(it);
       }
       give_back(returned);
-      const Clock::time_point now = Clock::now();
+      now = Clock::now();
       if (progress) {
         last_progress = now;
         backoff_us = 0;
@@ -597,13 +657,6 @@ class CompletionEngine {
         while (Clock::now() < until) cpu_relax();
         continue;
       }
-      if (memory_) {
-        probe(queues, probes, returned);
-        give_back(returned);
-        for (auto it = queues.begin(); it != queues.end();) {
-          it = it->second.empty() ? queues.erase(it) : std::next(it);
-        }
-      }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.
       backoff_us = backoff_us == 0 ? 50 : std::min<long>(backoff_us * 2, 1000);
       if (sleep(std::chrono::microseconds(backoff_us))) {
@@ -612,7 +665,6 @@ class CompletionEngine {
       }
       passes_without_taking = kTakeEvery;  // after a sleep, take at once
     }
-    for (auto& [device, e] : probes) returned.events.emplace_back(device, e);
     give_back(returned);
   }
 
@@ -673,6 +725,9 @@ class CompletionEngine {
   alignas(64) std::atomic<std::size_t> registered_{0};
   alignas(64) std::atomic<std::size_t> finished_{0};
   alignas(64) std::atomic<CompletionTask*> incoming_{nullptr};  // newest first (lock-free)
+  // Per device ordinal: an event of its pool, asked for a failed context's error (written
+  // words; invariant 9). Devices past the last slot use events.
+  std::array<std::atomic<CUevent>, 64> probes_{};
   int fd_ = -1;
   std::thread thread_;
 };

@@ -373,3 +373,84 @@ TEST_CASE("completion mechanisms make the driver calls they say", "[completions]
     count_calls(0);  // (clears the counts)
   }
 }
+
+namespace {
+// Wrappers of the driver's record and write, put in custream's table for one test: on the
+// thread that sets t_delay_after_enqueue, the call returns only after 300 ms, so that the
+// registration it belongs to is pushed after a later one of another thread.
+thread_local bool t_delay_after_enqueue = false;
+std::atomic<bool> g_delayed_enqueued{false};
+decltype(custream::detail::DriverApi::cuEventRecord) g_real_record = nullptr;
+decltype(custream::detail::DriverApi::cuStreamWriteValue64) g_real_write = nullptr;
+
+void delay_if_asked() {
+  if (!t_delay_after_enqueue) return;
+  g_delayed_enqueued = true;
+  std::this_thread::sleep_for(300ms);
+}
+CUresult delayed_record(CUevent e, CUstream s) {
+  const CUresult r = g_real_record(e, s);
+  delay_if_asked();
+  return r;
+}
+CUresult delayed_write(CUstream s, CUdeviceptr p, cuuint64_t v, unsigned flags) {
+  const CUresult r = g_real_write(s, p, v, flags);
+  delay_if_asked();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("completions: registrations pushed in another order than the stream's come no earlier",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  // C, then A (on another thread, pushed late), then B behind a closed gate, on one stream:
+  // pushed C, B, A. When the stream has done C and A but not B, B must not run: a watcher that
+  // took "the newest pushed is done" for "all pushed before it are done" ran B early (and,
+  // with written words, gave B's word back while the stream was still to write it). A runs
+  // after B: callbacks on one stream are delivered in push order.
+  const CompletionMechanism mechanism = each_mechanism();
+  Completions engine(with(mechanism));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  engine.future(s).get();  // pools and the device's support ready
+  // custream's table is the driver's, loaded on the heap: swapped here, restored below.
+  auto& table = const_cast<custream::detail::DriverApi&>(custream::detail::api());
+  g_real_record = table.cuEventRecord;
+  g_real_write = table.cuStreamWriteValue64;
+  table.cuEventRecord = &delayed_record;
+  table.cuStreamWriteValue64 = &delayed_write;
+  g_delayed_enqueued = false;
+  std::atomic<bool> b_gate_open{false};
+  std::atomic<int> c_ran{0}, a_ran{0}, b_ran{0}, b_early{0};
+  {
+    auto first = std::make_unique<Gate>(s);
+    engine.when_done(s, [&] { c_ran++; });
+    std::thread a([&] {
+      t_delay_after_enqueue = true;
+      engine.when_done(s, [&] { a_ran++; });
+    });
+    while (!g_delayed_enqueued.load()) std::this_thread::yield();
+    // The second gate: a host function that waits for b_gate_open (the stream reaches it only
+    // after the first gate opens).
+    std::atomic<bool> second_left{false};
+    s.launch_host_func([&] {
+      while (!b_gate_open.load()) std::this_thread::sleep_for(100us);
+      second_left = true;
+    });
+    engine.when_done(s, [&] {
+      b_ran++;
+      if (!b_gate_open.load()) b_early++;
+    });
+    first.reset();  // C and A are done now; B waits for the second gate
+    a.join();       // A is pushed, after B
+    CHECK(eventually([&] { return c_ran.load() == 1; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(b_ran.load() == 0);
+    CHECK(a_ran.load() == 0);  // delivered in push order: after B
+    b_gate_open = true;
+    CHECK(eventually([&] { return second_left.load(); }));
+  }
+  table.cuEventRecord = g_real_record;
+  table.cuStreamWriteValue64 = g_real_write;
+  CHECK(eventually([&] { return b_ran.load() == 1 && a_ran.load() == 1; }));
+  CHECK(b_early.load() == 0);
+}

@@ -28,6 +28,7 @@ struct CompletionTask {
   /// Destroys the callable and frees the task, never calling the driver.
   void (*destroy)(CompletionTask* self) noexcept;
   StreamRef view;                 // the stream registered on, for errors
+  std::uintptr_t thread = 0;      // the registering thread (pthread_self)
   CUstream stream = nullptr;      // its handle (the watcher's queue)
   int device = -1;                // its device (-1 for a special handle)
   CUevent event = nullptr;        // recorded at registration (the engine's), or
@@ -112,8 +113,8 @@ enum class CompletionMechanism : unsigned char {
   /// H200: docs/performance.md). Used for streams of primary and green contexts on devices with
   /// 64-bit stream memory operations and unified addressing; other streams (a created
   /// context's, a special handle) use events. A stream whose work fails never writes its word:
-  /// the watcher asks the driver for the context's error once it has waited `spin` without a
-  /// completion, and completes every registration of that device with it.
+  /// the watcher asks the driver for the context's error once a word has waited `spin`, and
+  /// completes that device's word-waiting registrations with it.
   memory_write,
 };
 
