@@ -373,7 +373,10 @@ class CompletionEngine {
     // streams use them too), else one made in the stream's context and destroyed after
     // (invariant 3).
     if (!special && s.context_kind() != ContextKind::created) {
-      if (memory_ && memory_writes_supported(l, task->device) &&
+      // Words only for primary contexts: the probe is a primary-context event, and whether a
+      // green context's failure shows there was not measured (invariant 9).
+      if (memory_ && s.context_kind() == ContextKind::primary &&
+          memory_writes_supported(l, task->device) &&
           static_cast<std::size_t>(task->device) < probes_.size()) {
         // The device's probe for a failed context's error (invariant 9), made by the first
         // registration, where a failure can be thrown.

@@ -110,9 +110,10 @@ enum class CompletionMechanism : unsigned char {
   /// (cuStreamWriteValue64); the watcher reads the words with plain loads, making no driver
   /// calls while it watches. Sees completion sooner, but enqueueing the write costs the
   /// registering thread more and the stream holds the next kernel back longer (measured on an
-  /// H200: docs/performance.md). Used for streams of primary and green contexts on devices with
-  /// 64-bit stream memory operations and unified addressing; other streams (a created
-  /// context's, a special handle) use events. A stream whose work fails never writes its word:
+  /// H200: docs/performance.md). Used for streams of primary contexts on devices with
+  /// 64-bit stream memory operations and unified addressing; other streams (a created or
+  /// green context's, a special handle) use events. A stream whose work fails never writes its
+  /// word:
   /// the watcher asks the driver for the context's error once a word has waited `spin`, and
   /// completes that device's word-waiting registrations with it.
   memory_write,
