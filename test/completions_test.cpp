@@ -454,3 +454,44 @@ TEST_CASE("completions: registrations pushed in another order than the stream's 
   CHECK(eventually([&] { return b_ran.load() == 1 && a_ran.load() == 1; }));
   CHECK(b_early.load() == 0);
 }
+
+TEST_CASE("completions: a failed context is found while other devices keep completing",
+          "[completions][emu-only]") {
+  if (!custream_test::emulated()) CUSTREAM_SKIP("injects a failure of the watcher's probe");
+  if (Device::count() < 2) CUSTREAM_SKIP("needs two devices");
+  // Written words on device 0 wait behind a gate that stays shut, as a stream whose work failed
+  // never writes; device 1 keeps completing. The watcher must still ask device 0's probe (here
+  // made to answer an error) after `spin`: one that asked only when the whole engine had gone
+  // quiet never asked, and device 0's future never became ready.
+  CompletionOptions options = with(CompletionMechanism::memory_write);
+  options.spin = 50ms;  // device 1 completes many times within it
+  Completions engine(options);
+  const Stream s0(Device(0), StreamFlags::non_blocking);
+  const Stream s1(Device(1), StreamFlags::non_blocking);
+  engine.future(s0).get();  // the probes and the pools ready
+  engine.future(s1).get();
+  auto fail =
+      custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+  Gate gate(s0);
+  std::future<void> stuck = engine.future(s0);
+  fail("cuEventQuery", 1, CUDA_ERROR_ILLEGAL_ADDRESS);  // the next query: the probe's
+  std::atomic<bool> stop{false};
+  std::atomic<long> others{0};
+  std::thread busy([&] {  // device 1 completes every 100 µs or so
+    while (!stop.load()) {
+      engine.future(s1).get();
+      others++;
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const bool told = stuck.wait_for(10s) == std::future_status::ready;
+  const auto waited = std::chrono::steady_clock::now() - start;
+  stop = true;
+  busy.join();
+  CHECK(told);
+  CHECK(waited >= 40ms);  // not before `spin`
+  INFO("device 1 completed " << others.load() << " times meanwhile");
+  CHECK(others.load() >= 5);
+  if (told) expect_error([&] { stuck.get(); }, CUDA_ERROR_ILLEGAL_ADDRESS, "failed");
+}
