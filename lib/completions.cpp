@@ -589,7 +589,12 @@ class CompletionEngine {
       if (f == failed.end()) {
         const CUevent e = probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
         const CUresult r = api.cuEventQuery(e);
-        f = failed.emplace(device, r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r).first;
+        // Only an error of the context fails the device's words: not a capture's refusal.
+        const bool failure = r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY &&
+                             r != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
+                             r != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED &&
+                             r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+        f = failed.emplace(device, failure ? r : CUDA_SUCCESS).first;
       }
       if (f->second == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
@@ -604,6 +609,14 @@ class CompletionEngine {
 
   // The watcher (invariants 2, 4, 9).
   void watch() noexcept {
+    // The watcher's queries are made behind the application's back: in the default (global)
+    // capture mode they would be refused, and would invalidate the capture, while another
+    // thread captures in global mode (invariant 10). A driver without the entry (before 10.1)
+    // has no capture modes; a failure leaves the thread in global mode.
+    if (const auto exchange = loaded().api.cuThreadExchangeStreamCaptureMode) {
+      CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+      (void)exchange(&relaxed);
+    }
     std::unordered_map<CUstream, TaskQueue> queues;
     std::vector<CompletionTask*> batch;
     Returned returned;
