@@ -312,7 +312,15 @@ class CompletionEngine {
       }
     }
     try {
-      thread_ = std::thread([this] { watch(); });
+      thread_ = std::thread([this] {
+        watch();
+        bool orphaned;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          orphaned = orphaned_;
+        }
+        if (orphaned) delete this;  // the last use of the engine (orphan())
+      });
     } catch (const std::system_error& e) {
       if (fd_ >= 0) ::close(fd_);
       throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {},
@@ -345,13 +353,21 @@ class CompletionEngine {
       abandon_ = abandon;
     }
     wake_.notify_all();
-    if (thread_.joinable()) {
-      if (thread_.get_id() == std::this_thread::get_id()) {
-        thread_.detach();  // destroyed from its own callback: it ends after this one
-      } else {
-        thread_.join();
-      }
+    if (thread_.joinable()) thread_.join();  // never the watcher itself (see orphan())
+  }
+
+  // True on the watcher thread (in a callback).
+  bool on_watcher_thread() const noexcept { return thread_.get_id() == std::this_thread::get_id(); }
+
+  // The Completions is destroyed from one of its callbacks: the watcher goes on with what is
+  // pending and then deletes the engine itself, when nothing of it is in use (invariant 6).
+  void orphan() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      orphaned_ = true;
     }
+    thread_.detach();
   }
 
   void add(const StreamRef& s, CompletionTask* task) {
@@ -735,6 +751,7 @@ class CompletionEngine {
   std::vector<std::pair<CompletionTask*, CUresult>> ready_;
   bool stop_ = false;
   bool abandon_ = false;
+  bool orphaned_ = false;  // destroyed from a callback: the watcher deletes the engine
   std::atomic<bool> sleeping_{false};
   // Counted apart, on lines of their own: registering threads do not share a cache line with
   // the watcher on every registration.
@@ -753,7 +770,10 @@ class CompletionEngine {
 Completions::Completions(CompletionOptions options)
     : engine_(std::make_unique<detail::CompletionEngine>(options)) {}
 
-Completions::~Completions() = default;
+Completions::~Completions() {
+  // From one of its own callbacks: the watcher runs what is pending, then deletes the engine.
+  if (engine_ && engine_->on_watcher_thread()) engine_.release()->orphan();
+}
 
 Completions& Completions::standard() {
   static Completions* standard = [] {

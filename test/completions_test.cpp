@@ -507,3 +507,26 @@ TEST_CASE("completions: a failed context is found while other devices keep compl
   CHECK(others_failed.load() == 0);
   if (told) expect_error([&] { stuck.get(); }, CUDA_ERROR_ILLEGAL_ADDRESS, "failed");
 }
+
+TEST_CASE("completions: an engine destroyed from one of its own callbacks", "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // The callback deletes the engine while a later registration is pending: that one still
+  // runs, and the engine goes only when its watcher has finished with it (AddressSanitizer:
+  // the watcher once went on using the freed engine).
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::atomic<int> ran{0};
+  auto* engine = new Completions(with(each_mechanism()));
+  {
+    Gate gate(s);
+    engine->when_done(s, [engine, &ran] {
+      delete engine;
+      ran++;
+    });
+    engine->when_done(s, [&ran, t = Tracked{}] { ran++; });
+  }
+  CHECK(eventually([&] { return ran.load() == 2; }));
+  CHECK(eventually([&] { return Tracked::made.load() == Tracked::gone.load(); }));
+  std::this_thread::sleep_for(20ms);  // the watcher deletes the engine and ends
+}
