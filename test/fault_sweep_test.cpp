@@ -574,10 +574,14 @@ void use_completions() {
       std::atomic<CUresult> seen{kNotYet};
       engine.when_done(s, [&seen](CUresult r) { seen = r; });
       std::future<void> done = engine.future(s);
-      done.get();  // after the callback's point: with thread delivery it ran first
-      if (delivery == custream::CompletionDelivery::caller) {
-        while (seen.load() == kNotYet) engine.run_ready();
+      done.wait();  // after the callback's point: with thread delivery it ran first
+      // Every task run and let go of (caller delivery: here) before the future's result is
+      // read: its exception's reference count is libstdc++'s, unseen by ThreadSanitizer.
+      while (engine.pending() > 0) {
+        engine.run_ready();
+        std::this_thread::yield();
       }
+      done.get();
       // A failed query is the callback's result: the error the stream's work had, as far as
       // the callback can know.
       if (seen.load() != CUDA_SUCCESS) {
