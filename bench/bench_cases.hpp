@@ -75,7 +75,7 @@ std::vector<Case> all_cases();
 /// What `custream bench` was asked for.
 struct SuiteOptions {
   std::string csv;     ///< write the numbers here (empty: no CSV)
-  std::string filter;  ///< run only cases whose name contains this (empty: all)
+  std::string filter;  ///< run only cases whose name contains this ("=NAME": that one; empty: all)
   bool quick = false;  ///< smoke run: 3 rounds, 1 warm-up; targets shown but not enforced
   bool list = false;   ///< print the case names and targets, run nothing
   bool wide = false;   ///< the full table (raw driver calls, targets in words)

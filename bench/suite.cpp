@@ -336,7 +336,11 @@ std::vector<Case> all_cases() {
 std::vector<Case> selected_cases(const SuiteOptions& options) {
   std::vector<Case> selected;
   for (Case& c : all_cases()) {
-    if (options.filter.empty() || c.name.find(options.filter) != std::string::npos) {
+    // "=NAME": that case only; otherwise every case whose name contains the text.
+    const bool exact = !options.filter.empty() && options.filter[0] == '=';
+    if (options.filter.empty() ||
+        (exact ? c.name == options.filter.substr(1)
+               : c.name.find(options.filter) != std::string::npos)) {
       selected.push_back(std::move(c));
     }
   }

@@ -85,7 +85,7 @@ constexpr const char* kBenchHelp =
     "\n"
     "  --csv FILE     also write the numbers to FILE (bench/plot.py reads it); a FILE that\n"
     "                 cannot be written stops the command before any case runs\n"
-    "  --filter TEXT  only the cases whose name contains TEXT\n"
+    "  --filter TEXT  only the cases whose name contains TEXT (=NAME: only the case NAME)\n"
     "  --rounds N     exactly N rounds for every case (21 <= N <= 100000), no more for\n"
     "                 resolution; default: each case's own minimum, and more as needed\n"
     "  --cap SECONDS  the most measurement a case adds rounds for (default 20)\n"
