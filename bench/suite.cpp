@@ -338,9 +338,8 @@ std::vector<Case> selected_cases(const SuiteOptions& options) {
   for (Case& c : all_cases()) {
     // "=NAME": that case only; otherwise every case whose name contains the text.
     const bool exact = !options.filter.empty() && options.filter[0] == '=';
-    if (options.filter.empty() ||
-        (exact ? c.name == options.filter.substr(1)
-               : c.name.find(options.filter) != std::string::npos)) {
+    if (options.filter.empty() || (exact ? c.name == options.filter.substr(1)
+                                         : c.name.find(options.filter) != std::string::npos)) {
       selected.push_back(std::move(c));
     }
   }
