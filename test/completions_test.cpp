@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "custream/capture_mode.hpp"
 #include "custream/context.hpp"
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
@@ -534,4 +535,29 @@ TEST_CASE("completions: an engine destroyed from one of its own callbacks", "[co
   CHECK(eventually([&] { return ran.load() == 2; }));
   CHECK(eventually([&] { return Tracked::made.load() == Tracked::gone.load(); }));
   std::this_thread::sleep_for(20ms);  // the watcher deletes the engine and ends
+}
+
+TEST_CASE("completions: the watcher's queries leave another thread's global capture valid",
+          "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // The driver refuses a query made in global mode while another thread captures in global
+  // mode, and invalidates that capture; the watcher's queries are made behind the
+  // application's back, so it queries in relaxed mode (the written words' watcher queries too:
+  // its probe, once per `spin`).
+  CompletionOptions options = with(each_mechanism());
+  options.spin = 1ms;
+  Completions engine(options);
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const Stream captured(Device(0), StreamFlags::non_blocking);
+  std::atomic<int> ran{0};
+  {
+    Gate gate(s);
+    engine.when_done(s, [&ran] { ran++; });
+    captured.begin_capture(custream::CaptureMode::global);
+    captured.launch_host_func([] {});
+    std::this_thread::sleep_for(30ms);  // the watcher asks about the gated registration meanwhile
+    CHECK_NOTHROW(captured.end_capture());
+    CHECK(ran.load() == 0);
+  }
+  CHECK(eventually([&] { return ran.load() == 1; }));
 }

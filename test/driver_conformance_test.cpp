@@ -1259,6 +1259,48 @@ TEST_CASE("thread capture mode exchange", "[conformance]") {
   }).join();
 }
 
+// What a completion watcher meets: another thread, in the default (global) mode, queries an
+// ordinary event while this thread captures in global mode; then the same from a thread whose
+// mode is relaxed.
+TEST_CASE("cuEventQuery by another thread during a global capture: global mode and relaxed",
+          "[conformance]") {
+  REQUIRE_DRIVER_LOADED();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING), other(CU_STREAM_NON_BLOCKING);
+  EventHandle e;
+  CU_OK(api().cuEventRecord(e.e, other.s));
+  CU_OK(api().cuStreamSynchronize(other.s));
+  const CUcontext ctx = scope.ctx();
+  const auto query_from_thread = [&](CUstreamCaptureMode mode) {
+    CUresult r = CUDA_ERROR_UNKNOWN, exchanged = CUDA_ERROR_UNKNOWN;
+    std::thread([&] {
+      api().cuCtxSetCurrent(ctx);
+      CUstreamCaptureMode m = mode;
+      exchanged = api().cuThreadExchangeStreamCaptureMode(&m);
+      r = api().cuEventQuery(e.e);
+    }).join();
+    CU_EQ(exchanged, CUDA_SUCCESS);
+    return r;
+  };
+  CUgraph g = nullptr;
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_EQ(query_from_thread(CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(g == nullptr);
+
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_EQ(query_from_thread(CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CU_OK(api().cuStreamEndCapture(s.s, &g));
+  REQUIRE(g != nullptr);
+  CU_OK(api().cuGraphDestroy(g));
+  g = nullptr;
+
+  // The capturing thread itself, in global mode.
+  CU_OK(api().cuStreamBeginCapture(s.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_EQ(api().cuEventQuery(e.e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CU_EQ(api().cuStreamEndCapture(s.s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+}
+
 // ============================================================================================
 // Graphs
 // ============================================================================================

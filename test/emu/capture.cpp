@@ -180,6 +180,26 @@ void invalidate(Capture* c) {
   if (c) c->invalidated = true;
 }
 
+// A capture-unsafe call, as the H200 treats cuLibraryUnload and cuEventQuery: refused, and the
+// captures that forbid it invalidated, when the calling thread (unless its own mode is relaxed,
+// cuThreadExchangeStreamCaptureMode) captures in global or thread-local mode, or, in global
+// mode itself, another thread captures in global mode.
+bool refused_by_capture() {
+  const CUstreamCaptureMode mine = thread_capture_mode();
+  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
+  bool refused = false;
+  for (const auto& cap : state().captures) {
+    if (cap->invalidated || cap->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    const bool own = cap->thread == std::this_thread::get_id();
+    if (own ||
+        (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mine == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      invalidate(cap.get());
+      refused = true;
+    }
+  }
+  return refused;
+}
+
 bool legacy_conflict(Context* ctx, bool invalidates) {
   bool conflict = false;
   for (const auto& cap : state().captures) {

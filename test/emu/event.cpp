@@ -111,6 +111,7 @@ CUresult event_query(CUevent h) {
   Event* e = as_event(h);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = captured_event_check(e)) return r;
+  if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!e->state->recorded || e->state->sig->done) return CUDA_SUCCESS;
   return CUDA_ERROR_NOT_READY;
 }

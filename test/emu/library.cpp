@@ -167,33 +167,13 @@ CUresult library_load_from_file(CUlibrary* library, const char* file, CUjit_opti
                       option_values, num_options);
 }
 
-// A capture-unsafe call, as the H200 treats cuLibraryUnload: refused, and the captures that
-// forbid it invalidated, when the calling thread (unless its own mode is relaxed,
-// cuThreadExchangeStreamCaptureMode) captures in global or thread-local mode, or, in global
-// mode itself, another thread captures in global mode.
-bool unload_refused_by_capture() {
-  const CUstreamCaptureMode mine = thread_capture_mode();
-  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
-  bool refused = false;
-  for (const auto& cap : state().captures) {
-    if (cap->invalidated || cap->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
-    const bool own = cap->thread == std::this_thread::get_id();
-    if (own ||
-        (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mine == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
-      invalidate(cap.get());
-      refused = true;
-    }
-  }
-  return refused;
-}
-
 CUresult library_unload(CUlibrary h) {
   EMU_ENTER("cuLibraryUnload");
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   std::unique_ptr<Library> lib(as_library(h));
   if (!lib) return CUDA_ERROR_INVALID_HANDLE;  // also unloaded twice (the H200 aborts)
-  if (unload_refused_by_capture()) {
+  if (refused_by_capture()) {
     (void)lib.release();
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
