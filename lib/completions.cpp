@@ -74,6 +74,14 @@ class BatchPool {
     } catch (...) {
     }
   }
+  // Moves `item` here; out of memory, it leaks (nothing dangles).
+  void give_back_one(T item) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      free_.push_back(item);
+    } catch (...) {
+    }
+  }
 
  private:
   std::mutex mutex_;
@@ -137,6 +145,14 @@ CUevent take_event(const Loaded& l, int device) {
 
 void give_back_events(int device, std::vector<CUevent>& events) noexcept {
   event_pool(device).give_back(events, events.size());
+}
+
+// One event back to its device's pool; out of memory, it leaks (nothing dangles).
+void give_back_event(int device, CUevent event) noexcept {
+  try {
+    event_pool(device).give_back_one(event);
+  } catch (...) {
+  }
 }
 
 // Words of host-mapped memory for the memory_write mechanism (invariant 9): allocated
@@ -336,11 +352,7 @@ class CompletionEngine {
     if (fd_ >= 0) ::close(fd_);
     for (std::size_t d = 0; d < probes_.size(); ++d) {
       if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
-        try {
-          std::vector<CUevent> one{e};
-          give_back_events(static_cast<int>(d), one);
-        } catch (...) {  // out of memory: the event leaks
-        }
+        give_back_event(static_cast<int>(d), e);
       }
     }
   }
@@ -433,8 +445,7 @@ class CompletionEngine {
     CUevent expected = nullptr;
     if (!probes_[static_cast<std::size_t>(device)].compare_exchange_strong(
             expected, e, std::memory_order_acq_rel)) {
-      std::vector<CUevent> one{e};  // another thread's is there
-      give_back_events(device, one);
+      give_back_event(device, e);  // another thread's is there
     }
   }
 
@@ -492,22 +503,12 @@ class CompletionEngine {
     if (task->event != nullptr && !task->pooled) {
       release_call<&DriverApi::cuEventDestroy>("event", task->event, task->event);
     } else if (task->event != nullptr) {
-      try {
-        std::vector<CUevent> one{task->event};
-        give_back_events(task->device, one);
-      } catch (...) {  // out of memory: the event leaks, nothing dangles
-      }
+      give_back_event(task->device, task->event);
     }
     task->event = nullptr;
   }
 
-  static void release_word(std::uint64_t* word) noexcept {
-    try {
-      std::vector<std::uint64_t*> one{word};
-      word_pool().give_back(one, 1);
-    } catch (...) {  // out of memory: the word leaks
-    }
-  }
+  static void release_word(std::uint64_t* word) noexcept { word_pool().give_back_one(word); }
 
   // Appends the registrations pushed since the last call to `out`, in registration order,
   // reading the tasks without writing them.
