@@ -209,12 +209,33 @@ void handoff(const custream::Stream& stream) {
   for (CUevent& e : events) check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   Mapped gate(64);
   int next = 0;
+  // How the stream is held during a batch: 0 a cuStreamWaitValue32 gate, 1 a host function
+  // spinning until opened (as `custream bench` parks a stream), 2 not held (records complete
+  // as soon as made).
+  int gate_kind = 0;
+  static std::atomic<bool> host_gate_open{false}, host_gate_entered{false};
   auto measure = [&](const char* label, const std::function<void(int)>& step) {
     std::vector<double> per;
     for (int b = 0; b < kBatches; ++b) {
-      *u32(gate.host) = 0;
-      check(api.cuStreamWaitValue32(s, gate.device, 1, CU_STREAM_WAIT_VALUE_GEQ),
-            "cuStreamWaitValue32");
+      if (gate_kind == 0) {
+        *u32(gate.host) = 0;
+        check(api.cuStreamWaitValue32(s, gate.device, 1, CU_STREAM_WAIT_VALUE_GEQ),
+              "cuStreamWaitValue32");
+      } else if (gate_kind == 1) {
+        host_gate_open = false;
+        host_gate_entered = false;
+        check(api.cuLaunchHostFunc(
+                  s,
+                  [](void*) {
+                    host_gate_entered = true;
+                    while (!host_gate_open.load()) {
+                    }
+                  },
+                  nullptr),
+              "cuLaunchHostFunc");
+        while (!host_gate_entered.load()) {
+        }
+      }
       const auto t0 = Clock::now();
       for (int i = 0; i < kBatch; ++i) {
         step(next);
@@ -222,6 +243,7 @@ void handoff(const custream::Stream& stream) {
       }
       const auto t1 = Clock::now();
       *u32(gate.host) = 1;
+      host_gate_open = true;
       stream.synchronize();
       per.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / kBatch);
     }
@@ -255,6 +277,76 @@ void handoff(const custream::Stream& stream) {
       "hand-off: the parts of a registration, raw, on the enqueueing thread (another thread "
       "polls every 500 ns)\n");
   measure("cuStreamIsCapturing + cuEventRecord, alone", record);
+  {
+    alignas(64) static std::atomic<long> counter{0};
+    measure("+ a locked add after the record (a line of its own)", [&](int i) {
+      record(i);
+      counter.fetch_add(1, std::memory_order_relaxed);
+    });
+    measure("+ a locked add before the capture check", [&](int i) {
+      counter.fetch_add(1, std::memory_order_relaxed);
+      record(i);
+    });
+    measure("+ a full fence after the record", [&](int i) {
+      record(i);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    });
+    custream::Completions engine;
+    measure("a custream registration (an empty callback), same loop",
+            [&](int) { engine.when_done(stream, [] {}); });
+    measure("cuStreamIsCapturing + cuEventRecord, alone, again", record);
+    {
+      // custream's own code and hand-off, the driver's calls replaced by empty functions in
+      // custream's table (restored after).
+      auto& table = const_cast<custream::detail::DriverApi&>(api);
+      const auto real_capturing = table.cuStreamIsCapturing;
+      const auto real_record = table.cuEventRecord;
+      const auto register_one = [&](int) { engine.when_done(stream, [] {}); };
+      table.cuEventRecord = [](CUevent, CUstream) { return CUDA_SUCCESS; };
+      measure("a custream registration, the record an empty function", register_one);
+      table.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus* status) {
+        *status = CU_STREAM_CAPTURE_STATUS_NONE;
+        return CUDA_SUCCESS;
+      };
+      measure("a custream registration, both calls empty functions", register_one);
+      table.cuEventRecord = real_record;
+      measure("a custream registration, the capture check an empty function", register_one);
+      table.cuStreamIsCapturing = real_capturing;
+      measure("cuEventRecord alone",
+              [&](int i) { api.cuEventRecord(events[static_cast<std::size_t>(i)], s); });
+    }
+    for (int kind : {1, 2}) {
+      gate_kind = kind;
+      std::printf(" %s\n", kind == 1 ? "held by a spinning host function:" : "not held:");
+      measure("  cuStreamIsCapturing + cuEventRecord, alone", record);
+      measure("  a custream registration (an empty callback)",
+              [&](int) { engine.when_done(stream, [] {}); });
+      for (int back : {0, 4, 16, 64}) {
+        std::atomic<int> newest{-1};
+        char label[96];
+        std::snprintf(label, sizeof label,
+                      "  + the other thread querying the event %d before the newest", back);
+        gate_kind = kind;
+        std::atomic<bool> stop{false};
+        std::thread other([&] {
+          while (!stop.load(std::memory_order_relaxed)) {
+            const int n = newest.load(std::memory_order_relaxed);
+            if (n >= back) api.cuEventQuery(events[static_cast<std::size_t>(n - back)]);
+            const auto until = Clock::now() + std::chrono::nanoseconds(500);
+            while (Clock::now() < until) {
+            }
+          }
+        });
+        measure(label, [&](int i) {
+          record(i);
+          newest.store(i, std::memory_order_relaxed);
+        });
+        stop = true;
+        other.join();
+      }
+    }
+    gate_kind = 0;
+  }
   with_thread(
       "+ another thread spinning, nothing shared", [] {}, record);
   std::atomic<void*> stack{nullptr};
@@ -287,6 +379,32 @@ void handoff(const custream::Stream& stream) {
         record(i);
         published.store(handed++, std::memory_order_release);
       });
+  // As the watcher does: the other thread only reads the blocks; written before the record
+  // (as a registration fills its task) or after it.
+  for (const bool after : {false, true}) {
+    published = -1;
+    seen = -1;
+    handed = 0;
+    std::atomic<long> sink{0};
+    with_thread(
+        after ? "+ a 128-byte block handed over (only read there), filled after the record"
+              : "+ a 128-byte block handed over (only read there), filled before the record",
+        [&] {
+          long sum = 0;
+          for (const int p = published.load(std::memory_order_acquire); seen < p;) {
+            const char* b = blocks[static_cast<std::size_t>(++seen % 256)];
+            sum += b[0] + b[64];
+          }
+          sink.fetch_add(sum, std::memory_order_relaxed);
+        },
+        [&](int i) {
+          char* b = blocks[static_cast<std::size_t>(handed % 256)];
+          if (!after) std::memset(b, i, 128);
+          record(i);
+          if (after) std::memset(b, i, 128);
+          published.store(handed++, std::memory_order_release);
+        });
+  }
   for (char* b : blocks) ::operator delete(b, std::align_val_t(64));
   std::atomic<int> newest{-1};
   with_thread(
