@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Runs examples 1-4 on a real GPU and prints one PASS / FAIL / SKIP line each, then a summary.
+# Runs examples 1-5 on a real GPU and prints one PASS / FAIL / SKIP line each, then a summary.
 #
 #   bash examples/run_gpu.sh [build-dir]      (default: build-examples in the source tree)
 #
 # A build dir without build.ninja is set up first (examples only: no tests, tools or bench);
 # an existing one gets -Dexamples=enabled. Needs the NVIDIA driver; libcudart / libnvrtc are
 # found by dlopen (their usual names, then /usr/local/cuda/lib64; or set CUSTREAM_LIBCUDART /
-# CUSTREAM_NVRTC to a path); example 3 needs CuPy and PyTorch in $PYTHON (default python3).
-# Exit status 0 only when all four pass.
+# CUSTREAM_NVRTC to a path); example 3 needs CuPy and PyTorch in $PYTHON (default python3);
+# example 5 needs NCCL (libnccl.so.2, or $CUSTREAM_NCCL; else the copy of the nvidia-nccl-cu13
+# package in $PYTHON). Exit status 0 only when all five pass.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-examples}
@@ -21,7 +22,8 @@ else
   meson configure "$build" -Dexamples=enabled >/dev/null || { echo "FAIL: meson configure"; exit 1; }
 fi
 ninja -C "$build" examples/custream-example-runtime-stream examples/custream-example-nvrtc-jit \
-  examples/custream-example-completion-epoll examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
+  examples/custream-example-completion-epoll examples/custream-example-nccl-allreduce \
+  examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
 
 # The real driver, not custream's emulator.
 unset CUSTREAM_LIBCUDA
@@ -47,6 +49,13 @@ run "example 2: NVRTC JIT kernel loaded, launched, captured" \
   "${nvrtc_env[@]}" "$build/examples/custream-example-nvrtc-jit"
 run "example 4: an epoll loop told when GPU work is done" \
   "$build/examples/custream-example-completion-epoll"
+# NCCL: $CUSTREAM_NCCL, else the system's, else the Python package's copy.
+if [ -z "${CUSTREAM_NCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  CUSTREAM_NCCL=$("$python" -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null) || true
+  export CUSTREAM_NCCL
+fi
+run "example 5: NCCL all-reduce on custream streams, eager and captured" \
+  "$build/examples/custream-example-nccl-allreduce"
 run "example 3: Python embedding with CuPy and PyTorch streams" \
   "$python" "$src/examples/python_embed/run.py" --lib "$build/examples/libcustream_embed.so"
 echo "run_gpu: $passed passed, $failed failed, $skipped skipped"
