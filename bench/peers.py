@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The operations of docs/performance.md through CuPy and PyTorch, for docs/performance.md.
+"""The operations of docs/performance.md through CuPy, PyTorch, cuda.core and numba-cuda.
 
 Each operation is written the way a user of that library writes it (cupy.cuda.Stream /
 Event / ExternalStream / Stream.launch_host_func / cupy.cuda.graph; torch.cuda.Stream /
-Event / ExternalStream / torch.cuda.stream() / current_stream / CUDAGraph). Its figure is
+Event / ExternalStream / torch.cuda.stream() / current_stream / CUDAGraph; cuda.core's
+Device / Stream.from_handle / Event / launch / GraphBuilder; numba-cuda's stream / event /
+external_stream / add_callback / @cuda.jit). Its figure is
 the median, over repeated timeit runs, of the mean time per call in a run; enqueueing
 operations run in batches of <= 256 calls with an untimed synchronize before each batch
 (timeit's setup), like `custream bench`.
@@ -12,7 +14,8 @@ The operation names are those of `custream bench`, so bench/plot.py can put the 
 by side. An operation a library has no idiomatic form for, a library that is missing, or an
 operation that fails gives a row with no number and the reason ("n/a: ...").
 
-    python3 bench/peers.py [--csv FILE] [--device N] [--repeat R] [--only cupy|torch]
+    python3 bench/peers.py [--csv FILE] [--device N] [--repeat R]
+                           [--only cupy|torch|cuda.core|numba-cuda]
 
 CSV columns: operation,library,version,ns,note (ns empty for n/a).
 """
@@ -266,12 +269,155 @@ def bench_torch(rows, device, repeat):
              "manager also synchronizes and collects garbage), replay, synchronize")
 
 
+def bench_cuda_core(rows, device, repeat):
+    try:
+        import cuda.core as cc
+        cc.Device  # noqa: B018 - 1.x: the stable top-level API
+    except (ImportError, AttributeError):
+        import cuda.core.experimental as cc
+    import cuda.core as pkg
+    rows.version = getattr(pkg, "__version__", "?")
+    dev = cc.Device(device)
+    dev.set_current()
+    s = dev.create_stream(options=cc.StreamOptions(nonblocking=True))
+    e = s.record(options=cc.EventOptions(timing_enabled=False)) if _accepts(s.record, "options") \
+        else s.record()
+    sync = s.sync
+
+    rows.add("record (timing disabled)", lambda: measure(lambda: s.record(e), sync, repeat=repeat),
+             "Stream.record(event)")
+    rows.add("wait_event", lambda: measure(lambda: s.wait(e), sync, repeat=repeat),
+             "Stream.wait(event)")
+    rows.add("done (idle stream)", lambda: measure(lambda: e.is_done, sync, repeat=repeat),
+             "Event.is_done of the stream's last record (cuda.core has no Stream query)")
+    rows.add("synchronize (idle stream)", lambda: measure(s.sync, sync, repeat=repeat),
+             "Stream.sync()")
+    foreign = dev.create_stream()  # kept alive: only its handle is wrapped
+    handle = int(foreign.handle)
+    rows.add("wrap foreign stream (infer device)",
+             lambda: measure(lambda: cc.Stream.from_handle(handle).device, repeat=repeat),
+             "Stream.from_handle(ptr).device (infers the device from the stream's context)")
+    rows.add("current device", lambda: measure(lambda: cc.Device().device_id, repeat=repeat),
+             "Device().device_id")
+    rows.na("current stream of an explicit device", "cuda.core has no current stream")
+    rows.add("primary context of a device", lambda: measure(lambda: dev.context, repeat=repeat),
+             "Device.context")
+    rows.na("stream scope enter + exit", "cuda.core has no current stream")
+    rows.na("launch_host_func (raw function)", "takes a Python callable only")
+    host_launch = getattr(cc, "host_launch", None)
+    if host_launch is None:
+        rows.na("launch_host_func (callable)", f"no host_launch in cuda.core {rows.version}")
+    else:
+        counter = [0]
+
+        def host_fn(*_):
+            counter[0] += 1
+        rows.add("launch_host_func (callable)",
+                 lambda: measure(lambda: host_launch(s, host_fn), sync, repeat=repeat),
+                 "host_launch(stream, fn)")
+    try:
+        kernel = cc.ObjectCode.from_ptx(NOOP_PTX.encode()).get_kernel("noop")
+    except Exception:  # noqa: BLE001 - compile the PTX through Program instead
+        kernel = cc.Program(NOOP_PTX, code_type="ptx").compile("cubin").get_kernel("noop")
+    config = cc.LaunchConfig(grid=1, block=1)
+    rows.add("kernel launch (empty kernel, 1x1)",
+             lambda: measure(lambda: cc.launch(s, config, kernel), sync, repeat=repeat),
+             "launch(stream, LaunchConfig(grid=1, block=1), kernel)")
+
+    def build(n):
+        gb = s.create_graph_builder()
+        gb.begin_building()
+        for _ in range(n):
+            cc.launch(gb, config, kernel)
+        gb.end_building()
+        return gb.complete()
+
+    def graph_launch():
+        g = build(1)
+        g.upload(s)
+        s.sync()
+        return measure(lambda: g.launch(s), sync, repeat=repeat)
+    rows.add("graph launch (1-node graph)", graph_launch,
+             "Graph.launch(stream) of a GraphBuilder graph of one empty kernel")
+    graphs = []
+
+    def capture_1000():
+        g = build(GRAPH_KERNELS)
+        g.launch(s)
+        s.sync()
+        graphs.append(g)
+    rows.add("capture + instantiate + launch (1,000 kernels)",
+             lambda: measure(capture_1000, graphs.clear, number=2, repeat=max(21, repeat // 2)),
+             "GraphBuilder: 1000 launches, end_building, complete (instantiates), launch, sync")
+
+
+def bench_numba(rows, device, repeat):
+    from numba import cuda
+    try:
+        from importlib.metadata import version
+        rows.version = version("numba-cuda")
+    except Exception:  # noqa: BLE001 - not installed as numba-cuda (numba's own cuda)
+        import numba
+        rows.version = "numba " + numba.__version__
+    cuda.select_device(device)
+    s = cuda.stream()
+    e = cuda.event(timing=False)
+    sync = s.synchronize
+    e.record(stream=s)
+
+    rows.add("record (timing disabled)", lambda: measure(lambda: e.record(stream=s), sync,
+                                                         repeat=repeat),
+             "Event.record(stream=s)")
+    rows.add("wait_event", lambda: measure(lambda: e.wait(stream=s), sync, repeat=repeat),
+             "Event.wait(stream=s)")
+    rows.add("done (idle stream)", lambda: measure(e.query, sync, repeat=repeat),
+             "Event.query() of the stream's last record (numba has no Stream query)")
+    rows.add("synchronize (idle stream)", lambda: measure(s.synchronize, sync, repeat=repeat),
+             "Stream.synchronize()")
+    foreign = cuda.stream()
+    handle = foreign.handle.value if hasattr(foreign.handle, "value") else int(foreign.handle)
+    rows.add("wrap foreign stream (infer device)",
+             lambda: measure(lambda: cuda.external_stream(handle), repeat=repeat),
+             "cuda.external_stream(ptr): takes the current context, does not infer the device")
+    rows.add("current device", lambda: measure(lambda: cuda.get_current_device().id,
+                                               repeat=repeat),
+             "cuda.get_current_device().id")
+    rows.na("current stream of an explicit device", "numba has no current stream")
+    rows.na("primary context of a device", "no public primary-context API")
+    rows.na("stream scope enter + exit", "numba has no current stream")
+    rows.na("launch_host_func (raw function)", "takes a Python callable only")
+    counter = [0]
+
+    def callback(stream, status, arg):
+        counter[0] += 1
+    rows.add("launch_host_func (callable)",
+             lambda: measure(lambda: s.add_callback(callback, None), sync, repeat=repeat),
+             "Stream.add_callback(fn, arg) (async_done() is the same callback)")
+
+    @cuda.jit
+    def noop():
+        pass
+    rows.add("kernel launch (empty kernel, 1x1)",
+             lambda: measure(lambda: noop[1, 1, s](), sync, repeat=repeat),
+             "@cuda.jit kernel: noop[1, 1, stream]()")
+    rows.na("graph launch (1-node graph)", "numba has no graph API")
+    rows.na("capture + instantiate + launch (1,000 kernels)", "numba has no graph API")
+
+
+def _accepts(fn, name):
+    import inspect
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", help="write the rows to this CSV file")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=25, help="timeit runs per operation (>= 21)")
-    ap.add_argument("--only", choices=["cupy", "torch"])
+    ap.add_argument("--only", choices=["cupy", "torch", "cuda.core", "numba-cuda"])
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be positive")
@@ -279,7 +425,8 @@ def main():
     rows = []
     print(f"peers.py: Python {sys.version.split()[0]}, device {args.device}, "
           f"medians of {args.repeat} timeit runs", flush=True)
-    for library, bench in (("cupy", bench_cupy), ("torch", bench_torch)):
+    for library, bench in (("cupy", bench_cupy), ("torch", bench_torch),
+                           ("cuda.core", bench_cuda_core), ("numba-cuda", bench_numba)):
         if args.only not in (None, library):
             continue
         lib_rows = Rows(library, "")

@@ -17,7 +17,7 @@ import math
 import sys
 
 SERIES = [("raw driver", "#7f7f7f"), ("custream", "#1f77b4"), ("CuPy", "#ff7f0e"),
-          ("PyTorch", "#d62728")]
+          ("PyTorch", "#d62728"), ("cuda.core", "#2ca02c"), ("numba-cuda", "#9467bd")]
 
 
 def read_custream(path):
@@ -38,7 +38,7 @@ def read_custream(path):
 
 
 def read_peers(path):
-    """{operation: {"CuPy"|"PyTorch": (ns or None, note)}}."""
+    """{operation: {"CuPy"|"PyTorch"|"cuda.core"|"numba-cuda": (ns or None, note)}}."""
     names = {"cupy": "CuPy", "torch": "PyTorch"}
     peers = {}
     if not path:
@@ -105,14 +105,16 @@ def plot(custream_rows, peers, out, title):
             if ns is not None:
                 values[operation][library] = ns
 
-    height = 0.2
+    # Only the series that have a number somewhere, each a bar of its own per operation.
+    series_drawn = [(n, c) for n, c in SERIES if any(n in v for v in values.values())]
+    height = 0.8 / max(1, len(series_drawn))
     fig, ax = plt.subplots(figsize=(11, 0.62 * len(operations) + 1.6))
-    for k, (series, color) in enumerate(SERIES):
+    for k, (series, color) in enumerate(series_drawn):
         ys, xs = [], []
         for i, operation in enumerate(operations):
             ns = values[operation].get(series)
             if ns is not None and ns > 0:
-                ys.append(i + (k - 1.5) * height)
+                ys.append(i + (k - (len(series_drawn) - 1) / 2) * height)
                 xs.append(ns)
         ax.barh(ys, xs, height=height, color=color, label=series)
     ax.set_xscale("log")
@@ -125,7 +127,7 @@ def plot(custream_rows, peers, out, title):
                     10 ** math.ceil(math.log10(max(all_ns))))
     ax.set_xlabel("nanoseconds per operation (log scale; lower is better)")
     ax.grid(axis="x", which="both", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=4, fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=len(series_drawn), fontsize=9)
     ax.set_title(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=120, bbox_inches="tight")
