@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Example 3: drive libcustream_embed.so (embed.cpp) from Python with a CuPy stream and a
-PyTorch stream, through ctypes, and check the results.
+"""Example 3: drive libcustream_embed.so (embed.cpp) from Python with a CuPy stream, a
+PyTorch stream and a cuda.core stream, through ctypes, and check the results; then the other
+way round: a custream stream taken by CuPy, PyTorch and cuda.core as an external stream, with
+their work and custream's ordered on it.
 
     python3 examples/python_embed/run.py --lib <build>/examples/libcustream_embed.so
 
@@ -32,6 +34,11 @@ def load(path):
     lib.custream_embed_host_calls.restype = ctypes.c_ulonglong
     lib.custream_embed_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.custream_embed_describe.restype = ctypes.c_int
+    lib.custream_embed_stream_create.argtypes = [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
+    lib.custream_embed_stream_create.restype = ctypes.c_int
+    lib.custream_embed_stream_destroy.argtypes = [ctypes.c_void_p]
+    lib.custream_embed_stream_destroy.restype = ctypes.c_int
     return lib
 
 
@@ -51,6 +58,19 @@ class Embed:
 
     def host_calls(self):
         return self.lib.custream_embed_host_calls()
+
+    def stream_create(self, device_id):
+        """A custream stream's handle (an int); raises RuntimeError with custream's message."""
+        handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(1024)
+        if self.lib.custream_embed_stream_create(device_id, ctypes.byref(handle), err,
+                                                 len(err)) != 0:
+            raise RuntimeError(err.value.decode(errors="replace"))
+        return handle.value
+
+    def stream_destroy(self, handle):
+        if self.lib.custream_embed_stream_destroy(handle) != 0:
+            raise RuntimeError(f"custream_embed_stream_destroy: {handle:#x} is not custream's")
 
     def describe(self, stream_ptr):
         out = ctypes.create_string_buffer(256)
@@ -163,6 +183,116 @@ def check_torch(embed):
         report("FAIL", f"PyTorch stream: {type(e).__name__}: {e}")
 
 
+def check_cuda_core(embed):
+    """A cuda.core stream wrapped by custream, and a custream stream taken by cuda.core through
+    the __cuda_stream__ protocol; CuPy holds the memory and checks the values."""
+    try:
+        try:
+            import cuda.core as cc
+            cc.Device  # noqa: B018 - the 1.x top-level API
+        except (ImportError, AttributeError):
+            import cuda.core.experimental as cc
+        import cupy
+        dev = cc.Device()
+        dev.set_current()
+    except Exception as e:
+        report("SKIP", f"cuda.core: not usable ({type(e).__name__}: {e})")
+        return
+    try:
+        s = dev.create_stream()
+        a = cupy.zeros(N, dtype=cupy.uint32)
+        cupy.cuda.Device().synchronize()
+        before = embed.host_calls()
+        used = embed.fill(int(s.handle), -1, a.data.ptr, N, 3)  # custream, on cuda.core's stream
+        s.sync()
+        ok_values = bool((a == 3).all())
+        calls = embed.host_calls() - before
+        if used == dev.device_id and ok_values and calls == 1:
+            report("PASS", f"cuda.core stream: device {used} inferred, fill done, host function "
+                           f"ran once")
+        else:
+            report("FAIL", f"cuda.core stream: device {used} (cuda.core: {dev.device_id}), "
+                           f"values {'ok' if ok_values else 'wrong'}, host function ran {calls}")
+    except Exception as e:
+        report("FAIL", f"cuda.core stream: {type(e).__name__}: {e}")
+
+
+def check_custream_stream_taken(embed):
+    """custream's stream handed out: CuPy, PyTorch and cuda.core each enqueue on it, between
+    fills of custream's, and the values show the order."""
+    try:
+        import cupy
+        device = cupy.cuda.Device().id
+    except Exception as e:
+        report("SKIP", f"custream stream taken by the peers: no CuPy ({type(e).__name__}: {e})")
+        return
+    handle = embed.stream_create(device)
+    try:
+        a = cupy.zeros(N, dtype=cupy.uint32)
+        cupy.cuda.Device().synchronize()
+        # CuPy: its ExternalStream of custream's stream.
+        ext = cupy.cuda.ExternalStream(handle)
+        embed.fill(handle, device, a.data.ptr, N, 10)
+        with ext:
+            a += 1                                   # after custream's fill: 11
+        embed.fill(handle, device, a.data.ptr, N // 2, 20)  # after CuPy's add: half 20
+        ext.synchronize()
+        ok = bool((a[:N // 2] == 20).all()) and bool((a[N // 2:] == 11).all())
+        report("PASS" if ok else "FAIL",
+               "custream stream taken by CuPy (ExternalStream): custream fill, CuPy add, "
+               f"custream fill in stream order: values {'ok' if ok else 'wrong'}")
+    except Exception as e:
+        report("FAIL", f"custream stream taken by CuPy: {type(e).__name__}: {e}")
+    try:
+        import torch
+        t = torch.zeros(N, dtype=torch.int32, device=f"cuda:{device}")
+        torch.cuda.synchronize()
+        ext = torch.cuda.ExternalStream(handle, device=t.device)
+        embed.fill(handle, device, t.data_ptr(), N, 4)
+        with torch.cuda.stream(ext):
+            t.mul_(3)                                # after custream's fill: 12
+        ext.synchronize()
+        ok = bool((t == 12).all().item())
+        report("PASS" if ok else "FAIL",
+               "custream stream taken by PyTorch (torch.cuda.ExternalStream): fill then mul_ in "
+               f"stream order: values {'ok' if ok else 'wrong'}")
+    except ImportError as e:
+        report("SKIP", f"custream stream taken by PyTorch: {e}")
+    except Exception as e:
+        report("FAIL", f"custream stream taken by PyTorch: {type(e).__name__}: {e}")
+    try:
+        try:
+            import cuda.core as cc
+            cc.Device  # noqa: B018
+        except (ImportError, AttributeError):
+            import cuda.core.experimental as cc
+
+        class CustreamStream:
+            """What cuda.core takes: the __cuda_stream__ protocol (version 0, the handle)."""
+            def __cuda_stream__(self):
+                return (0, handle)
+
+        dev = cc.Device(device)
+        dev.set_current()
+        s = dev.create_stream(CustreamStream())
+        b = cupy.zeros(N, dtype=cupy.uint32)
+        cupy.cuda.Device().synchronize()
+        embed.fill(handle, device, b.data.ptr, N, 6)
+        event = s.record()                           # cuda.core's event, after custream's fill
+        event.sync()
+        ok = bool((b == 6).all()) and event.is_done
+        report("PASS" if ok else "FAIL",
+               "custream stream taken by cuda.core (__cuda_stream__): its event recorded after "
+               f"custream's fill, values {'ok' if ok else 'wrong'} when it is done")
+    except ImportError as e:
+        report("SKIP", f"custream stream taken by cuda.core: {e}")
+    except Exception as e:
+        report("FAIL", f"custream stream taken by cuda.core: {type(e).__name__}: {e}")
+    finally:
+        cupy.cuda.Device().synchronize()
+        embed.stream_destroy(handle)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -180,6 +310,8 @@ def main():
         return 1
     check_cupy(embed)
     check_torch(embed)
+    check_cuda_core(embed)
+    check_custream_stream_taken(embed)
     if "FAIL" in results:
         return 1
     return 0 if "PASS" in results else 77
