@@ -16,9 +16,11 @@
 // thread) and replayed; the captured host function checks every replay.
 //
 // With one GPU the communicator has one rank (the all-reduce is a copy): it says so. The timing
-// lines compare eager enqueueing with graph replay (1 MiB and 256 MiB).
+// lines (1 MiB and 256 MiB) compare the all-reduce enqueued on custream's streams with the
+// same on raw driver streams, in alternating rounds, and with a captured graph's replay.
 //
 // Exit status: 0 PASS, 77 SKIP (no driver, no device or no NCCL), 1 FAIL.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -178,16 +180,19 @@ int run() {
   custream::Completions completions;
   const float ranks_sum = static_cast<float>(devices * (devices + 1) / 2);  // sum of d + 1
 
-  // One all-reduce of `n` floats on every device, the group NCCL wants from one thread.
-  auto all_reduce = [&](std::vector<std::unique_ptr<Rank>>& ranks, std::size_t n) {
+  // One all-reduce of `n` floats on every device, the group NCCL wants from one thread: on
+  // each rank's custream stream, or on `raw[d]` when given.
+  auto all_reduce = [&](std::vector<std::unique_ptr<Rank>>& ranks, std::size_t n,
+                        const std::vector<CUstream>* raw = nullptr) {
     if (const ncclResult_t r = nccl.group_start(); r != 0) {
       throw std::runtime_error("ncclGroupStart: " + nccl_error(nccl, r));
     }
     for (auto& rank : ranks) {
-      const ncclResult_t r =
-          nccl.all_reduce(reinterpret_cast<const void*>(rank->send.get()),
-                          reinterpret_cast<void*>(rank->recv.get()), n, kNcclFloat32, kNcclSum,
-                          comms[static_cast<std::size_t>(rank->device)], rank->reduce.handle());
+      const ncclResult_t r = nccl.all_reduce(
+          reinterpret_cast<const void*>(rank->send.get()),
+          reinterpret_cast<void*>(rank->recv.get()), n, kNcclFloat32, kNcclSum,
+          comms[static_cast<std::size_t>(rank->device)],
+          raw != nullptr ? (*raw)[static_cast<std::size_t>(rank->device)] : rank->reduce.handle());
       if (r != 0) throw std::runtime_error("ncclAllReduce: " + nccl_error(nccl, r));
     }
     if (const ncclResult_t r = nccl.group_end(); r != 0) {
@@ -246,32 +251,76 @@ int run() {
   }
   if (wrong != 0 || !all_checked) return example::fail("a sum was wrong or a check did not run");
 
-  // Timing: all-reduce alone, eager enqueueing against a captured graph's replay.
+  // Timing: the all-reduce alone, enqueued on custream's streams and on raw driver streams
+  // (made here with cuStreamCreate) in alternating rounds, and a captured graph's replay.
+  const auto& driver = custream::testing::driver();
+  std::vector<CUstream> raw(static_cast<std::size_t>(devices));
+  struct DestroyRaw {
+    const custream::detail::DriverApi& driver;
+    std::vector<CUstream>& raw;
+    ~DestroyRaw() {
+      for (CUstream h : raw) {
+        if (h != nullptr) driver.cuStreamDestroy(h);
+      }
+    }
+  } destroy_raw{driver, raw};
+  for (int d = 0; d < devices; ++d) {
+    custream::ContextScope scope(custream::Device(d).primary_context());
+    if (driver.cuStreamCreate(&raw[static_cast<std::size_t>(d)], CU_STREAM_NON_BLOCKING) !=
+        CUDA_SUCCESS) {
+      return example::fail("cuStreamCreate");
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   for (const std::size_t bytes : {std::size_t{1} << 20, std::size_t{256} << 20}) {
     const std::size_t n = bytes / sizeof(float);
     std::vector<std::unique_ptr<Rank>> big;
     for (int d = 0; d < devices; ++d) big.push_back(std::make_unique<Rank>(d, n, false));
-    const int reps = bytes > (1u << 20) ? 20 : 200;
-    auto time_us = [&](const std::function<void()>& once) {
-      once();  // warm-up
+    const int reps = bytes > (1u << 20) ? 10 : 100;
+    auto sync_all = [&] {
       for (auto& rank : big) rank->reduce.synchronize();
+      for (CUstream h : raw) driver.cuStreamSynchronize(h);
+    };
+    auto time_us = [&](const std::function<void()>& once) {
+      sync_all();
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < reps; ++i) once();
-      for (auto& rank : big) rank->reduce.synchronize();
+      sync_all();
       return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
                  .count() /
              reps;
     };
-    const double eager = time_us([&] { all_reduce(big, n); });
+    const std::function<void()> ours = [&] { all_reduce(big, n); };
+    const std::function<void()> theirs = [&] { all_reduce(big, n, &raw); };
+    ours();  // warm-up
+    theirs();
+    std::vector<double> on_custream, on_raw, ratio;
+    for (int round = 0; round < 11; ++round) {  // the order alternates
+      const bool raw_first = round % 2 == 1;
+      const double first = time_us(raw_first ? theirs : ours);
+      const double second = time_us(raw_first ? ours : theirs);
+      on_custream.push_back(raw_first ? second : first);
+      on_raw.push_back(raw_first ? first : second);
+      ratio.push_back(on_custream.back() / on_raw.back());
+    }
     for (auto& rank : big) rank->reduce.begin_capture();
     all_reduce(big, n);
     std::vector<custream::Graph> g;
     for (auto& rank : big) g.push_back(rank->reduce.end_capture());
-    const double replay = time_us([&] {
+    const std::function<void()> replay_once = [&] {
       for (std::size_t d = 0; d < big.size(); ++d) g[d].launch(big[d]->reduce);
-    });
-    std::printf("all-reduce of %zu MiB on %d GPU%s: eager %.1f us, graph replay %.1f us per step\n",
-                bytes >> 20, devices, devices == 1 ? "" : "s", eager, replay);
+    };
+    replay_once();
+    std::vector<double> replay;
+    for (int round = 0; round < 11; ++round) replay.push_back(time_us(replay_once));
+    std::printf(
+        "all-reduce of %zu MiB on %d GPU%s, us per step (medians of 11 rounds): custream stream "
+        "%.1f, raw stream %.1f (custream / raw %.3f), graph replay %.1f\n",
+        bytes >> 20, devices, devices == 1 ? "" : "s", median(on_custream), median(on_raw),
+        median(ratio), median(replay));
   }
   std::printf("PASS: NCCL all-reduce on custream streams, eager and %d graph replays\n", kReplays);
   return example::exit_pass;
