@@ -326,7 +326,6 @@ void handoff(const custream::Stream& stream) {
         char label[96];
         std::snprintf(label, sizeof label,
                       "  + the other thread querying the event %d before the newest", back);
-        gate_kind = kind;
         std::atomic<bool> stop{false};
         std::thread other([&] {
           while (!stop.load(std::memory_order_relaxed)) {

@@ -362,8 +362,8 @@ bool legacy_conflict(Context* ctx, bool invalidates = true);
 CUstreamCaptureMode thread_capture_mode();
 /// Marks a capture invalidated.
 void invalidate(Capture* c);
-// Whether a capture-unsafe call by this thread is refused now (invalidating the captures that
-// forbid it). Call with state().mu held.
+/// Whether a capture-unsafe call by this thread is refused now (invalidating the captures that
+/// forbid it). Call with state().mu held.
 bool refused_by_capture();
 /// Ends capture for every stream of c; c leaves State::captures.
 void end_capture_streams(const std::shared_ptr<Capture>& c);
