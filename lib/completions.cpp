@@ -2,8 +2,10 @@
 // reads words the stream wrote), without host functions. Design: docs/design/completions.md.
 #include "custream/completions.hpp"
 
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +42,15 @@ void throw_completion_failure(CUresult result, CUstream stream, int device) {
 }
 
 namespace {
+
+// Whether this process is registered for membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+// (Linux 4.14), registering it on first use: the watcher's side of the owner's fence-free
+// hand-off (invariant 11).
+bool expedited_barrier_registered() noexcept {
+  static const bool registered =
+      ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  return registered;
+}
 
 // Asks for the cache line at `p` with intent to write (PREFETCHW: GCC's __builtin_prefetch emits
 // a read prefetch for baseline x86-64, which leaves the line shared; CPUs without PREFETCHW
@@ -320,6 +331,9 @@ class CompletionEngine {
  public:
   explicit CompletionEngine(const CompletionOptions& options)
       : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
+    auto first_ring = std::make_unique<Ring>();
+    owner_ring_ = watch_ring_ = first_ring.get();
+    expedited_ = expedited_barrier_registered();
     if (options_.delivery == CompletionDelivery::caller) {
       fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (fd_ < 0) {
@@ -342,6 +356,7 @@ class CompletionEngine {
       throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {},
                   std::string("cannot start the completion thread: ") + e.what());
     }
+    (void)first_ring.release();  // the watcher's and the owner's from now on
   }
 
   // Drains (invariant 6): the watcher runs every pending registration, then stops.
@@ -354,6 +369,12 @@ class CompletionEngine {
       if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
         give_back_event(static_cast<int>(d), e);
       }
+    }
+    // The watcher took every record: the rings are empty.
+    for (Ring* r = watch_ring_; r != nullptr;) {
+      Ring* const next = r->next.load(std::memory_order_acquire);
+      delete r;
+      r = next;
     }
   }
 
@@ -382,10 +403,160 @@ class CompletionEngine {
     thread_.detach();
   }
 
+  // Where a registration marks the stream: the word it has the stream write, or the event it
+  // records (pooled: from the device's pool, else made in the stream's context).
+  struct Mark {
+    CUevent event = nullptr;
+    std::uint64_t* word = nullptr;
+    bool pooled = false;
+  };
+
+  // A registration by `task` (made by the registering thread): marks the stream, then hands the
+  // task to the watcher (the owner's ring, else the shared stack; invariant 11).
   void add(const StreamRef& s, CompletionTask* task) {
-    // The line of the incoming stack, which the watcher reads on every pass: asked for now, so
-    // that the push at the end does not wait for it.
-    prefetch_for_write(&incoming_);
+    const bool ring = on_ring();
+    if (ring) {
+      reserve_ring();
+    } else {
+      // The line of the incoming stack, which the watcher reads on every pass: asked for now,
+      // so that the push at the end does not wait for it.
+      prefetch_for_write(&incoming_);
+    }
+    const Mark m = mark(s);
+    task->view = s;
+    task->thread = static_cast<std::uintptr_t>(::pthread_self());
+    task->stream = s.handle();
+    task->device = s.is_special() ? -1 : s.device_id();
+    task->event = m.event;
+    task->word = m.word;
+    task->pooled = m.pooled;
+    if (ring) {
+      ring_push(s, m, reinterpret_cast<std::uintptr_t>(task) | kRecordTask, nullptr, nullptr);
+    } else {
+      push(task);
+    }
+  }
+
+  // A registration of a small callable (custream/completions.hpp): on the owner's ring it is
+  // made in the ring's record; otherwise in a task, pushed on the stack (invariant 11).
+  void add_inline(const StreamRef& s, const InlineCallableOps& ops,
+                  void (*construct)(void*, void*) noexcept, void* source) {
+    if (on_ring()) {
+      reserve_ring();
+      const Mark m = mark(s);
+      ring_push(s, m, reinterpret_cast<std::uintptr_t>(&ops) | kRecordInline, construct, source);
+      return;
+    }
+    alignas(8) unsigned char storage[kInlineCallable];
+    construct(storage, source);
+    CompletionTask* task;
+    try {
+      task = ops.materialize(storage);
+    } catch (...) {
+      ops.destroy(storage);
+      throw;
+    }
+    TaskPtr guard(task);  // destroyed, not run, when the registration fails
+    add(s, task);
+    (void)guard.release();
+  }
+
+ private:
+  // Record kinds, in the low bits of a ring record's first word (invariant 11).
+  static constexpr std::uintptr_t kRecordInline = 0;  // InlineCallableOps*; the callable inline
+  static constexpr std::uintptr_t kRecordTask = 1;    // CompletionTask*, filled in
+  static constexpr std::uintptr_t kRecordStream = 2;  // the stream of the records after it
+  static constexpr std::uintptr_t kRecordWord = 4;    // (inline) `mark` is a word, not an event
+  static constexpr std::uintptr_t kRecordKinds = 3;
+
+  // One record of a ring: 32 bytes, two to a cache line.
+  struct RingRecord {
+    std::uintptr_t head;
+    void* mark;  // the record's event or word; a stream record: the StreamRef with `storage`
+    alignas(8) unsigned char storage[kInlineCallable];
+  };
+  static_assert(sizeof(RingRecord) == 32, "two ring records to a cache line");
+  static_assert(sizeof(StreamRef) == sizeof(void*) + kInlineCallable &&
+                    std::is_trivially_copyable_v<StreamRef>,
+                "a stream record holds a StreamRef");
+
+  // The owner's records, written by it and read by the watcher (one producer, one consumer).
+  struct Ring {
+    static constexpr std::uint64_t kRecords = 1024;
+    alignas(64) std::atomic<std::uint64_t> tail{0};  // records written (release)
+    std::atomic<Ring*> next{nullptr};  // the ring the owner went on with when this one was full
+    alignas(64) std::atomic<std::uint64_t> head{0};  // records the watcher took (release)
+    alignas(64) RingRecord records[kRecords];
+  };
+
+  // Whether this thread's registrations go on the ring: it is the engine's owner (the first
+  // thread that registered) and no other thread has registered (invariant 11).
+  bool on_ring() noexcept {
+    const auto self = static_cast<std::uintptr_t>(::pthread_self());
+    std::uintptr_t owner = owner_.load(std::memory_order_relaxed);
+    if (owner == 0 && owner_.compare_exchange_strong(owner, self, std::memory_order_relaxed)) {
+      owner = self;
+    }
+    if (owner == self) return !shared_.load(std::memory_order_relaxed);
+    // Another thread: from now on every registration goes on the stack, whose order is the
+    // order of the pushes across threads.
+    if (!shared_.load(std::memory_order_relaxed)) shared_.store(true, std::memory_order_seq_cst);
+    return false;
+  }
+
+  // Room on the owner's ring for a registration (two records: its stream's, its own), before
+  // anything is enqueued: a full ring is followed by a new one. @throws std::bad_alloc.
+  void reserve_ring() {
+    if (owner_tail_ + 2 - owner_head_ <= Ring::kRecords) return;
+    owner_head_ = owner_ring_->head.load(std::memory_order_acquire);
+    if (owner_tail_ + 2 - owner_head_ <= Ring::kRecords) return;
+    Ring* next = new Ring;
+    owner_ring_->next.store(next, std::memory_order_release);  // nothing more goes on the old
+    owner_ring_ = next;
+    owner_tail_ = 0;
+    owner_head_ = 0;
+  }
+
+  // Writes a registration's records on the owner's ring and publishes them (after
+  // reserve_ring() and the mark).
+  void ring_push(const StreamRef& s, const Mark& m, std::uintptr_t head,
+                 void (*construct)(void*, void*) noexcept, void* source) noexcept {
+    Ring& ring = *owner_ring_;
+    if (std::memcmp(&s, &owner_stream_, sizeof s) != 0) {
+      RingRecord& r = ring.records[owner_tail_++ % Ring::kRecords];
+      r.head = kRecordStream;
+      std::memcpy(&r.mark, &s, sizeof s);
+      owner_stream_ = s;
+    }
+    RingRecord& r = ring.records[owner_tail_++ % Ring::kRecords];
+    if ((head & kRecordKinds) == kRecordInline) {
+      r.mark = m.word != nullptr ? static_cast<void*>(m.word) : static_cast<void*>(m.event);
+      if (m.word != nullptr) head |= kRecordWord;
+      construct(r.storage, source);
+    }
+    r.head = head;
+    // The lines a few registrations ahead, which the watcher read a ring ago.
+    prefetch_for_write(&ring.records[(owner_tail_ + 8) % Ring::kRecords]);
+    owner_registered_.store(owner_registered_.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_release);
+    ring.tail.store(owner_tail_, std::memory_order_release);
+    // The watcher sets `sleeping_`, then makes every thread of the process pass a full barrier
+    // (membarrier), then looks at the ring: either it sees these records or this load sees
+    // `sleeping_` (invariant 11). Without membarrier, a full fence here.
+    if (expedited_) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    if (sleeping_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      wake_.notify_one();
+    }
+  }
+
+  // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
+  // has the stream write a word or record an event.
+  Mark mark(const StreamRef& s) {
     const Loaded& l = loaded();
     std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -393,10 +564,8 @@ class CompletionEngine {
     CUresult r = on_stream<&DriverApi::cuStreamIsCapturing>(special, scope, s.handle(), &status);
     if (r != CUDA_SUCCESS) throw_stream_error(r, "cuStreamIsCapturing", s);
     if (status != CU_STREAM_CAPTURE_STATUS_NONE) refuse_capture(s, status);
-    task->view = s;
-    task->thread = static_cast<std::uintptr_t>(::pthread_self());
-    task->stream = s.handle();
-    task->device = special ? -1 : s.device_id();
+    const int device = special ? -1 : s.device_id();
+    Mark m;
     // The word (invariant 9), or the event: a primary-context one from the pool (green-context
     // streams use them too), else one made in the stream's context and destroyed after
     // (invariant 3).
@@ -404,41 +573,37 @@ class CompletionEngine {
       // Words only for primary contexts: the probe is a primary-context event, and whether a
       // green context's failure shows there was not measured (invariant 9).
       if (memory_ && s.context_kind() == ContextKind::primary &&
-          memory_writes_supported(l, task->device) &&
-          static_cast<std::size_t>(task->device) < probes_.size()) {
+          memory_writes_supported(l, device) && static_cast<std::size_t>(device) < probes_.size()) {
         // The device's probe for a failed context's error (invariant 9), made by the first
         // registration, where a failure can be thrown.
-        if (probes_[static_cast<std::size_t>(task->device)].load(std::memory_order_acquire) ==
-            nullptr) {
-          make_probe(l, task->device);
+        if (probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire) == nullptr) {
+          make_probe(l, device);
         }
-        task->word = take_word(l, task->device);
-        r = l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(task->word), 1,
-                                       0u);
+        m.word = take_word(l, device);
+        r = l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(m.word), 1, 0u);
         if (r != CUDA_SUCCESS) {
-          release_word(task->word);  // nothing was enqueued: it stays 0
-          task->word = nullptr;
+          release_word(m.word);  // nothing was enqueued: it stays 0
           throw_stream_error(r, "cuStreamWriteValue64", s, "registering a completion");
         }
-        push(task);
-        return;
+        return m;
       }
-      task->event = take_event(l, task->device);
-      task->pooled = true;
+      m.event = take_event(l, device);
+      m.pooled = true;
     } else {
       std::optional<ContextScope> own;
       if (!special) own.emplace(s.context());
-      call<&DriverApi::cuEventCreate>({Subject::What::stream, s.handle(), task->device},
-                                      &task->event, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
+      call<&DriverApi::cuEventCreate>({Subject::What::stream, s.handle(), device}, &m.event,
+                                      static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
     }
-    r = l.api.cuEventRecord(task->event, s.handle());
+    r = l.api.cuEventRecord(m.event, s.handle());
     if (r != CUDA_SUCCESS) {
-      release_event(task);
+      release_event(m.event, m.pooled, device);
       throw_stream_error(r, "cuEventRecord", s, "registering a completion");
     }
-    push(task);
+    return m;
   }
 
+ public:
   // Sets the probe event of `device`: one of its pool's events (always complete).
   void make_probe(const Loaded& l, int device) {
     CUevent e = take_event(l, device);
@@ -483,7 +648,8 @@ class CompletionEngine {
   int fd() const noexcept { return fd_; }
   std::size_t pending() const noexcept {
     const std::size_t finished = finished_.load(std::memory_order_acquire);
-    return registered_.load(std::memory_order_acquire) - finished;
+    return registered_.load(std::memory_order_acquire) +
+           owner_registered_.load(std::memory_order_acquire) - finished;
   }
 
  private:
@@ -499,35 +665,98 @@ class CompletionEngine {
             "notification inside it (custream refused it without calling the driver)");
   }
 
-  static void release_event(CompletionTask* task) noexcept {
-    if (task->event != nullptr && !task->pooled) {
-      release_call<&DriverApi::cuEventDestroy>("event", task->event, task->event);
-    } else if (task->event != nullptr) {
-      give_back_event(task->device, task->event);
+  static void release_event(CUevent event, bool pooled, int device) noexcept {
+    if (!pooled) {
+      release_call<&DriverApi::cuEventDestroy>("event", event, event);
+    } else {
+      give_back_event(device, event);
     }
-    task->event = nullptr;
   }
 
   static void release_word(std::uint64_t* word) noexcept { word_pool().give_back_one(word); }
 
-  // Appends the registrations pushed since the last call to `out`, in registration order,
-  // reading the tasks without writing them.
+  // Appends the registrations made since the last call to `out`, in registration order: the
+  // stack is taken first, then the owner's ring, whose records go before the stack's (a
+  // registration on the ring never follows one on the stack: invariant 11). Reads the tasks
+  // without writing them; makes the tasks of the ring's small callables. Watcher only.
   void take_incoming(std::vector<CompletionTask*>& out) {
-    if (incoming_.load(std::memory_order_relaxed) == nullptr) return;
-    const std::size_t first = out.size();
-    for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
-         t = t->next) {
-      out.push_back(t);  // the stack is newest first
+    stacked_.clear();
+    if (incoming_.load(std::memory_order_relaxed) != nullptr) {
+      for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
+           t = t->next) {
+        stacked_.push_back(t);  // the stack is newest first
+      }
+      std::reverse(stacked_.begin(), stacked_.end());
     }
-    std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    take_ring(out);
+    out.insert(out.end(), stacked_.begin(), stacked_.end());
+  }
+
+  // Whether the owner's ring has records the watcher has not taken.
+  bool ring_pending() const noexcept {
+    return watch_ring_->tail.load(std::memory_order_acquire) != watch_head_ ||
+           watch_ring_->next.load(std::memory_order_acquire) != nullptr;
+  }
+
+  // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
+  // the stream they are of. Watcher only.
+  void take_ring(std::vector<CompletionTask*>& out) {
+    for (;;) {
+      Ring& ring = *watch_ring_;
+      // `next` first: once it is set, the tail read after it is final.
+      Ring* const next = ring.next.load(std::memory_order_acquire);
+      const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
+      if (tail == watch_head_ && next == nullptr) return;
+      const auto owner = owner_.load(std::memory_order_relaxed);
+      for (; watch_head_ != tail; ++watch_head_) {
+        RingRecord& r = ring.records[watch_head_ % Ring::kRecords];
+        const std::uintptr_t kind = r.head & kRecordKinds;
+        if (kind == kRecordStream) {
+          std::memcpy(static_cast<void*>(&ring_stream_), &r.mark, sizeof ring_stream_);
+          continue;
+        }
+        if (kind == kRecordTask) {
+          out.push_back(reinterpret_cast<CompletionTask*>(r.head & ~kRecordKinds));
+          continue;
+        }
+        // Out of memory here the watcher cannot go on (it never throws): std::terminate.
+        const auto* ops =
+            reinterpret_cast<const InlineCallableOps*>(r.head & ~(kRecordKinds | kRecordWord));
+        CompletionTask* t = ops->materialize(r.storage);
+        const StreamRef& s = ring_stream_;
+        t->view = s;
+        t->thread = owner;
+        t->stream = s.handle();
+        t->device = s.is_special() ? -1 : s.device_id();
+        if ((r.head & kRecordWord) != 0) {
+          t->word = static_cast<std::uint64_t*>(r.mark);
+        } else {
+          t->event = static_cast<CUevent>(r.mark);
+          t->pooled = !s.is_special() && s.context_kind() != ContextKind::created;
+        }
+        out.push_back(t);
+      }
+      ring.head.store(watch_head_, std::memory_order_release);
+      if (next == nullptr) return;
+      delete watch_ring_;  // the owner went on with `next` and writes this one no more
+      watch_ring_ = next;
+      watch_head_ = 0;
+    }
   }
 
   // Sleeps until a registration or stop (at most `timeout` when given); false on a timeout.
   bool sleep(std::optional<std::chrono::microseconds> timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     sleeping_.store(true, std::memory_order_seq_cst);
+    // The owner publishes its ring without a fence: make every thread pass one now, so that a
+    // record published before it is seen below, and one after it sees `sleeping_` (invariant
+    // 11). If the barrier fails, wake up every millisecond to look.
+    if (expedited_ && ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0 &&
+        (!timeout || *timeout > std::chrono::milliseconds(1))) {
+      timeout = std::chrono::milliseconds(1);
+    }
     const auto ready = [&] {
-      return incoming_.load(std::memory_order_seq_cst) != nullptr || stop_;
+      return incoming_.load(std::memory_order_seq_cst) != nullptr || ring_pending() || stop_;
     };
     bool woken;
     if (timeout) {
@@ -759,6 +988,22 @@ class CompletionEngine {
   alignas(64) std::atomic<std::size_t> registered_{0};
   alignas(64) std::atomic<std::size_t> finished_{0};
   alignas(64) std::atomic<CompletionTask*> incoming_{nullptr};  // newest first (lock-free)
+  // The owner's ring (invariant 11). Read-mostly: who owns it, and whether another thread has
+  // registered since (then every registration goes on the stack).
+  alignas(64) std::atomic<std::uintptr_t> owner_{0};
+  std::atomic<bool> shared_{false};
+  bool expedited_ = false;  // membarrier(PRIVATE_EXPEDITED) serves the watcher
+  // The owner's side, on a line of its own.
+  alignas(64) Ring* owner_ring_ = nullptr;
+  std::uint64_t owner_tail_ = 0;  // records written on owner_ring_
+  std::uint64_t owner_head_ = 0;  // records taken, as last read
+  std::atomic<std::size_t> owner_registered_{0};
+  StreamRef owner_stream_;  // the stream of its last record
+  // The watcher's side.
+  alignas(64) Ring* watch_ring_ = nullptr;
+  std::uint64_t watch_head_ = 0;
+  StreamRef ring_stream_;                 // the stream of the records being taken
+  std::vector<CompletionTask*> stacked_;  // take_incoming()'s scratch
   // Per device ordinal: an event of its pool, asked for a failed context's error (written
   // words; invariant 9). Devices past the last slot use events.
   std::array<std::atomic<CUevent>, 64> probes_{};
@@ -789,6 +1034,11 @@ void Completions::register_task(const StreamRef& stream, detail::CompletionTask*
   detail::TaskPtr guard(task);  // destroyed, not run, when the registration fails
   engine_->add(stream, task);
   (void)guard.release();
+}
+
+void Completions::register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
+                                  void (*construct)(void*, void*) noexcept, void* source) {
+  engine_->add_inline(stream, ops, construct, source);
 }
 
 namespace detail {

@@ -561,3 +561,111 @@ TEST_CASE("completions: the watcher's queries leave another thread's global capt
   }
   CHECK(eventually([&] { return ran.load() == 1; }));
 }
+
+namespace {
+// Holds the engine's watcher inside a callback (thread delivery) until released: registrations
+// made meanwhile are all taken in one pass after it.
+class WatcherHold {
+ public:
+  WatcherHold(Completions& engine, const Stream& s) {
+    engine.when_done(s, [this] {
+      held_ = true;
+      while (!released_.load()) std::this_thread::sleep_for(100us);
+    });
+    while (!held_.load()) std::this_thread::yield();
+  }
+  ~WatcherHold() { release(); }
+  void release() { released_ = true; }
+
+ private:
+  std::atomic<bool> held_{false};
+  std::atomic<bool> released_{false};
+};
+}  // namespace
+
+TEST_CASE("completions: the first thread's ring and the other threads' stack, in one order",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  // The first thread to register owns the engine's ring (no locked instruction, no task block
+  // for a small callable); once another thread registers, every registration goes on the
+  // stack. The watcher takes the stack and then the ring, and puts the ring's first: with the
+  // watcher held, all of the below are taken in one pass, and a watcher that put the stack's
+  // first ran 11..14 before 0..10.
+  const CompletionMechanism mechanism = each_mechanism();
+  Completions engine(with(mechanism));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const Stream other(Device(0), StreamFlags::non_blocking);
+  std::vector<int> order;
+  std::mutex order_mutex;
+  const auto note = [&](int i) {
+    std::lock_guard<std::mutex> lock(order_mutex);
+    order.push_back(i);
+  };
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  {
+    WatcherHold hold(engine, other);  // this thread registers first: it owns the ring
+    for (int i = 0; i < 10; ++i) engine.when_done(s, [i, &note, t = Tracked{}] { note(i); });
+    // A callable too large for a ring record: a task, on the ring too.
+    engine.when_done(s, [&note, big = std::array<char, 64>{}] { note(10 + big[0]); });
+    std::thread([&] { engine.when_done(s, [&note] { note(11); }); }).join();     // the stack
+    for (int i = 12; i < 15; ++i) engine.when_done(s, [i, &note] { note(i); });  // now too
+    CHECK(engine.pending() == 16);
+  }
+  REQUIRE(eventually([&] { return engine.pending() == 0; }));
+  std::vector<int> expected(15);
+  for (int i = 0; i < 15; ++i) expected[static_cast<std::size_t>(i)] = i;
+  CHECK(order == expected);
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
+TEST_CASE("completions: a ring outgrown while the watcher is held", "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // 3,000 registrations (a ring holds 1,024 records) while the watcher cannot take any: the
+  // owner goes on with new rings, and the watcher follows them in order, freeing each.
+  Completions engine(with(each_mechanism()));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const Stream other(Device(0), StreamFlags::non_blocking);
+  constexpr int kMany = 3000;
+  std::vector<int> order;
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  {
+    WatcherHold hold(engine, other);
+    for (int i = 0; i < kMany; ++i) {
+      // Alternating streams: a stream record before each registration.
+      engine.when_done(i % 2 == 0 ? s : other, [i, &order, t = Tracked{}] { order.push_back(i); });
+    }
+    CHECK(engine.pending() == kMany + 1);
+  }
+  REQUIRE(eventually([&] { return engine.pending() == 0; }));
+  REQUIRE(order.size() == kMany);
+  // Each stream's in registration order, every one once.
+  std::array<std::vector<int>, 2> by_stream;
+  for (const int i : order) by_stream[static_cast<std::size_t>(i % 2)].push_back(i);
+  for (int parity = 0; parity < 2; ++parity) {
+    std::vector<int> expected;
+    for (int i = parity; i < kMany; i += 2) expected.push_back(i);
+    CHECK(by_stream[static_cast<std::size_t>(parity)] == expected);
+  }
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
+TEST_CASE("completions: a sleeping watcher is woken by every registration", "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // The ring's owner publishes without a fence; the watcher, before it sleeps, makes every
+  // thread pass a barrier (membarrier) and looks again. A lost wake-up leaves a registration
+  // waiting for ever on an idle watcher: each must complete within 10 s.
+  CompletionOptions options = with(each_mechanism());
+  options.spin = std::chrono::microseconds(0);  // back off and sleep at once
+  Completions engine(options);
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::atomic<int> ran{0};
+  int late = 0;
+  for (int i = 0; i < 300; ++i) {
+    if (i % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 7)));
+    engine.when_done(s, [&ran] { ran++; });
+    late += eventually([&] { return ran.load() == i + 1; }) ? 0 : 1;
+  }
+  CHECK(late == 0);
+}

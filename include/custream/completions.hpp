@@ -86,6 +86,38 @@ struct CompletionTaskOf final : CompletionTask {
   }
   std::decay_t<F> fn;
 };
+/// How the engine handles a small callable stored in the registering thread's ring
+/// (docs/design/completions.md, invariant 11).
+struct InlineCallableOps {
+  /// Moves the callable at `storage` into a new task and destroys it there. @throws
+  /// std::bad_alloc (the callable then stays at `storage`).
+  CompletionTask* (*materialize)(void* storage);
+  /// Destroys the callable at `storage` without running it. Never throws.
+  void (*destroy)(void* storage) noexcept;
+};
+
+/// The most bytes of a callable kept in a ring record.
+inline constexpr std::size_t kInlineCallable = 16;
+
+/// Whether a callable D, made from an Arg, is kept in a ring record: small, aligned to at most
+/// 8, and made and moved without throwing.
+template <typename D, typename Arg>
+inline constexpr bool fits_inline =
+    sizeof(D) <= kInlineCallable && alignof(D) <= 8 &&
+    std::is_nothrow_move_constructible_v<D>&& std::is_nothrow_constructible_v<D, Arg>;
+
+/// The InlineCallableOps of a callable type D.
+template <typename D>
+struct InlineOf {
+  static CompletionTask* materialize(void* storage) {
+    D* fn = std::launder(static_cast<D*>(storage));
+    CompletionTask* task = new CompletionTaskOf<D>(std::move(*fn));
+    fn->~D();
+    return task;
+  }
+  static void destroy(void* storage) noexcept { std::launder(static_cast<D*>(storage))->~D(); }
+  static constexpr InlineCallableOps ops{&materialize, &destroy};
+};
 }  // namespace detail
 
 /// Where the callbacks of a Completions run.
@@ -189,7 +221,18 @@ class Completions {
     static_assert(
         std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, CUresult>,
         "a completion callback takes nothing or the stream's CUresult");
-    register_task(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
+    using D = std::decay_t<F>;
+    if constexpr (detail::fits_inline<D, F&&>) {
+      // Made straight into the registering thread's ring where it can be (no task block).
+      register_inline(
+          stream, detail::InlineOf<D>::ops,
+          [](void* storage, void* source) noexcept {
+            ::new (storage) D(std::forward<F>(*static_cast<std::remove_reference_t<F>*>(source)));
+          },
+          const_cast<void*>(static_cast<const void*>(std::addressof(callback))));
+    } else {
+      register_task(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
+    }
   }
 
   /// A future that becomes ready once the work enqueued so far on `stream` is done, or holds an
@@ -208,6 +251,8 @@ class Completions {
 
  private:
   void register_task(const StreamRef& stream, detail::CompletionTask* task);
+  void register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
+                       void (*construct)(void* storage, void* source) noexcept, void* source);
   std::unique_ptr<detail::CompletionEngine> engine_;
 };
 
