@@ -4,6 +4,7 @@
 // one event would lose the earlier point) or, for the written-words mechanism,
 // cuStreamWriteValue64 (of a distinct word each). Device 0. Latency, stall, throughput and idle
 // CPU: bench/completion_latency.cpp.
+#include <memory>
 #include <vector>
 
 #include "bench_cases.hpp"
@@ -13,20 +14,14 @@
 namespace custream_bench {
 namespace {
 
-/// What the completion cases share, made by the first that runs (never destroyed).
+/// What the completion cases share, made by the first that runs (never destroyed); each row's
+/// own engine is made when that row is prepared, so that only the engines of the rows run so far
+/// have watcher threads.
 struct CompletionState {
   custream::Stream stream{custream::Device(0), custream::StreamFlags::non_blocking};
   custream::Completions engine;
-  custream::Completions slow_poll{[] {  // an engine that queries at most every 20 µs
-    custream::CompletionOptions o;
-    o.poll_interval = std::chrono::microseconds(20);
-    return o;
-  }()};
-  custream::Completions words{[] {  // the written-words mechanism
-    custream::CompletionOptions o;
-    o.mechanism = custream::CompletionMechanism::memory_write;
-    return o;
-  }()};
+  std::unique_ptr<custream::Completions> slow_poll;  // made by its row
+  std::unique_ptr<custream::Completions> words;      // made by its row
   std::vector<CUevent> events;  // the raw side's: a distinct event per notification, cycled
   std::size_t next = 0;
   void* raw_words = nullptr;  // the raw side's words (host-mapped), cycled like the events
@@ -140,11 +135,16 @@ void add_completion_cases(std::vector<Case>& cases) {
             "cuStreamIsCapturing + cuEventRecord (a distinct event each)"};
   slow.prepare = [](Case& c) {
     CompletionState& st = state();
+    if (!st.slow_poll) {  // an engine that queries at most every 20 µs
+      custream::CompletionOptions o;
+      o.poll_interval = std::chrono::microseconds(20);
+      st.slow_poll = std::make_unique<custream::Completions>(o);
+    }
     const auto& api = custream::testing::driver();
     c.raw = [&api](int n) { raw_checked_records(api, n); };
     c.ours = [](int n) {
       CompletionState& st = state();
-      for (int i = 0; i < n; ++i) st.slow_poll.when_done(st.stream, [] {});
+      for (int i = 0; i < n; ++i) st.slow_poll->when_done(st.stream, [] {});
     };
     time_parked(c, st.stream.handle());
   };
@@ -165,11 +165,16 @@ void add_completion_cases(std::vector<Case>& cases) {
       c.skip = "the driver has no cuMemHostAlloc";
       return;
     }
+    if (!st.words) {  // the written-words mechanism
+      custream::CompletionOptions o;
+      o.mechanism = custream::CompletionMechanism::memory_write;
+      st.words = std::make_unique<custream::Completions>(o);
+    }
     const auto& api = custream::testing::driver();
     c.raw = [&api](int n) { raw_checked_writes(api, n); };
     c.ours = [](int n) {
       CompletionState& st = state();
-      for (int i = 0; i < n; ++i) st.words.when_done(st.stream, [] {});
+      for (int i = 0; i < n; ++i) st.words->when_done(st.stream, [] {});
     };
     time_parked(c, st.stream.handle());
   };

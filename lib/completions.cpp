@@ -70,9 +70,9 @@ class BatchPool {
  public:
   static constexpr std::size_t kBatch = 64;
   // Moves up to kBatch free items to `out`.
-  void refill(std::vector<T>& out) {
+  void refill(std::vector<T>& out, std::size_t most = kBatch) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t n = std::min(free_.size(), kBatch);
+    const std::size_t n = std::min(free_.size(), most);
     out.insert(out.end(), free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     free_.resize(free_.size() - n);
   }
@@ -327,7 +327,8 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
-class CompletionEngine {
+// Hidden: calls between its members are direct (no PLT), so that they can be inlined.
+class [[gnu::visibility("hidden")]] CompletionEngine {
  public:
   explicit CompletionEngine(const CompletionOptions& options)
       : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
@@ -369,6 +370,9 @@ class CompletionEngine {
       if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
         give_back_event(static_cast<int>(d), e);
       }
+    }
+    for (std::size_t d = 0; d < owner_events_.size(); ++d) {
+      if (!owner_events_[d].empty()) give_back_events(static_cast<int>(d), owner_events_[d]);
     }
     // The watcher took every record: the rings are empty.
     for (Ring* r = watch_ring_; r != nullptr;) {
@@ -422,7 +426,7 @@ class CompletionEngine {
       // so that the push at the end does not wait for it.
       prefetch_for_write(&incoming_);
     }
-    const Mark m = mark(s);
+    const Mark m = mark(s, ring);
     task->view = s;
     task->thread = static_cast<std::uintptr_t>(::pthread_self());
     task->stream = s.handle();
@@ -443,7 +447,7 @@ class CompletionEngine {
                   void (*construct)(void*, void*) noexcept, void* source) {
     if (on_ring()) {
       reserve_ring();
-      const Mark m = mark(s);
+      const Mark m = mark(s, true);
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(&ops) | kRecordInline, construct, source);
       return;
     }
@@ -517,6 +521,20 @@ class CompletionEngine {
     owner_head_ = 0;
   }
 
+  // An event of `device`'s pool for the owner, from the engine's cache of them (no
+  // thread-local lookup on the owner's path; invariant 11).
+  CUevent take_owner_event(const Loaded& l, int device) {
+    if (owner_events_.size() <= static_cast<std::size_t>(device)) {
+      owner_events_.resize(static_cast<std::size_t>(std::max(l.device_count, device + 1)));
+    }
+    std::vector<CUevent>& cache = owner_events_[static_cast<std::size_t>(device)];
+    if (cache.empty()) event_pool(device).refill(cache);
+    if (cache.empty()) return make_event(l, device);
+    const CUevent e = cache.back();
+    cache.pop_back();
+    return e;
+  }
+
   // Writes a registration's records on the owner's ring and publishes them (after
   // reserve_ring() and the mark).
   void ring_push(const StreamRef& s, const Mark& m, std::uintptr_t head,
@@ -556,7 +574,7 @@ class CompletionEngine {
 
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
   // has the stream write a word or record an event.
-  Mark mark(const StreamRef& s) {
+  Mark mark(const StreamRef& s, bool owner) {
     const Loaded& l = loaded();
     std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -587,7 +605,7 @@ class CompletionEngine {
         }
         return m;
       }
-      m.event = take_event(l, device);
+      m.event = owner ? take_owner_event(l, device) : take_event(l, device);
       m.pooled = true;
     } else {
       std::optional<ContextScope> own;
@@ -615,7 +633,7 @@ class CompletionEngine {
   }
 
   // Hands a registered task to the watcher.
-  void push(CompletionTask* task) noexcept {
+  void push(CompletionTask * task) noexcept {
     registered_.fetch_add(1, std::memory_order_relaxed);
     // A lock-free push (invariant 4); the watcher is woken only when it sleeps.
     CompletionTask* head = incoming_.load(std::memory_order_relaxed);
@@ -673,13 +691,13 @@ class CompletionEngine {
     }
   }
 
-  static void release_word(std::uint64_t* word) noexcept { word_pool().give_back_one(word); }
+  static void release_word(std::uint64_t * word) noexcept { word_pool().give_back_one(word); }
 
   // Appends the registrations made since the last call to `out`, in registration order: the
   // stack is taken first, then the owner's ring, whose records go before the stack's (a
   // registration on the ring never follows one on the stack: invariant 11). Reads the tasks
   // without writing them; makes the tasks of the ring's small callables. Watcher only.
-  void take_incoming(std::vector<CompletionTask*>& out) {
+  void take_incoming(std::vector<CompletionTask*> & out) {
     stacked_.clear();
     if (incoming_.load(std::memory_order_relaxed) != nullptr) {
       for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
@@ -700,7 +718,7 @@ class CompletionEngine {
 
   // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
   // the stream they are of. Watcher only.
-  void take_ring(std::vector<CompletionTask*>& out) {
+  void take_ring(std::vector<CompletionTask*> & out) {
     for (;;) {
       Ring& ring = *watch_ring_;
       // `next` first: once it is set, the tail read after it is final.
@@ -824,7 +842,7 @@ class CompletionEngine {
   // word that has been the head of its queue for `spin` or longer, asks the device's probe
   // event (always complete: it answers the context's sticky error, if any), and completes
   // that device's word-waiting registrations with the error.
-  void probe(std::unordered_map<CUstream, TaskQueue>& queues, Returned& returned,
+  void probe(std::unordered_map<CUstream, TaskQueue> & queues, Returned & returned,
              Clock::time_point now) {
     const DriverApi& api = loaded().api;
     std::unordered_map<int, CUresult> failed;
@@ -931,7 +949,7 @@ class CompletionEngine {
   }
 
   // Runs (or readies) a task the stream reached with `r`, reading it without writing it.
-  void complete(CompletionTask* task, CUresult r, Returned& returned) {
+  void complete(CompletionTask * task, CUresult r, Returned & returned) {
     if (task->word != nullptr) {
       // A word the stream wrote is free again; one it did not (its work failed) is not reused.
       if (r == CUDA_SUCCESS) {
@@ -960,7 +978,7 @@ class CompletionEngine {
     }
   }
 
-  static void give_back(Returned& returned) noexcept {
+  static void give_back(Returned & returned) noexcept {
     if (!returned.words.empty()) word_pool().give_back(returned.words, returned.words.size());
     returned.words.clear();  // out of memory: they leak
     if (returned.events.empty()) return;
@@ -998,7 +1016,8 @@ class CompletionEngine {
   std::uint64_t owner_tail_ = 0;  // records written on owner_ring_
   std::uint64_t owner_head_ = 0;  // records taken, as last read
   std::atomic<std::size_t> owner_registered_{0};
-  StreamRef owner_stream_;  // the stream of its last record
+  StreamRef owner_stream_;                          // the stream of its last record
+  std::vector<std::vector<CUevent>> owner_events_;  // its cache of pooled events, by device
   // The watcher's side.
   alignas(64) Ring* watch_ring_ = nullptr;
   std::uint64_t watch_head_ = 0;
