@@ -144,8 +144,14 @@ CUevent make_event(const Loaded& l, int device) {
   return e;
 }
 
+// This thread's caches of pooled events, by device ordinal.
+[[gnu::noinline]] std::vector<ThreadCache<CUevent>>& thread_events() {
+  thread_local std::vector<ThreadCache<CUevent>> mine;
+  return mine;
+}
+
 CUevent take_event(const Loaded& l, int device) {
-  thread_local std::vector<ThreadCache<CUevent>> mine;  // by device ordinal
+  std::vector<ThreadCache<CUevent>>& mine = thread_events();  // one thread-local lookup
   if (mine.size() <= static_cast<std::size_t>(device)) {
     mine.resize(static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
   }
@@ -197,8 +203,14 @@ std::uint64_t* make_words(const Loaded& l, int device, std::vector<std::uint64_t
   return words;
 }
 
-std::uint64_t* take_word(const Loaded& l, int device) {
+// This thread's cache of words.
+[[gnu::noinline]] ThreadCache<std::uint64_t*>& thread_words() {
   thread_local ThreadCache<std::uint64_t*> mine;
+  return mine;
+}
+
+std::uint64_t* take_word(const Loaded& l, int device) {
+  ThreadCache<std::uint64_t*>& mine = thread_words();  // one thread-local lookup
   if (mine.pool == nullptr) mine.pool = &word_pool();
   return mine.take([&] { return make_words(l, device, mine.free); });
 }
@@ -371,9 +383,6 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
         give_back_event(static_cast<int>(d), e);
       }
     }
-    for (std::size_t d = 0; d < owner_events_.size(); ++d) {
-      if (!owner_events_[d].empty()) give_back_events(static_cast<int>(d), owner_events_[d]);
-    }
     // The watcher took every record: the rings are empty.
     for (Ring* r = watch_ring_; r != nullptr;) {
       Ring* const next = r->next.load(std::memory_order_acquire);
@@ -426,7 +435,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
       // so that the push at the end does not wait for it.
       prefetch_for_write(&incoming_);
     }
-    const Mark m = mark(s, ring);
+    const Mark m = mark(s);
     task->view = s;
     task->thread = static_cast<std::uintptr_t>(::pthread_self());
     task->stream = s.handle();
@@ -447,7 +456,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
                   void (*construct)(void*, void*) noexcept, void* source) {
     if (on_ring()) {
       reserve_ring();
-      const Mark m = mark(s, true);
+      const Mark m = mark(s);
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(&ops) | kRecordInline, construct, source);
       return;
     }
@@ -521,20 +530,6 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     owner_head_ = 0;
   }
 
-  // An event of `device`'s pool for the owner, from the engine's cache of them (no
-  // thread-local lookup on the owner's path; invariant 11).
-  CUevent take_owner_event(const Loaded& l, int device) {
-    if (owner_events_.size() <= static_cast<std::size_t>(device)) {
-      owner_events_.resize(static_cast<std::size_t>(std::max(l.device_count, device + 1)));
-    }
-    std::vector<CUevent>& cache = owner_events_[static_cast<std::size_t>(device)];
-    if (cache.empty()) event_pool(device).refill(cache);
-    if (cache.empty()) return make_event(l, device);
-    const CUevent e = cache.back();
-    cache.pop_back();
-    return e;
-  }
-
   // Writes a registration's records on the owner's ring and publishes them (after
   // reserve_ring() and the mark).
   void ring_push(const StreamRef& s, const Mark& m, std::uintptr_t head,
@@ -574,7 +569,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
 
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
   // has the stream write a word or record an event.
-  Mark mark(const StreamRef& s, bool owner) {
+  Mark mark(const StreamRef& s) {
     const Loaded& l = loaded();
     std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -605,7 +600,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
         }
         return m;
       }
-      m.event = owner ? take_owner_event(l, device) : take_event(l, device);
+      m.event = take_event(l, device);
       m.pooled = true;
     } else {
       std::optional<ContextScope> own;
@@ -1016,8 +1011,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
   std::uint64_t owner_tail_ = 0;  // records written on owner_ring_
   std::uint64_t owner_head_ = 0;  // records taken, as last read
   std::atomic<std::size_t> owner_registered_{0};
-  StreamRef owner_stream_;                          // the stream of its last record
-  std::vector<std::vector<CUevent>> owner_events_;  // its cache of pooled events, by device
+  StreamRef owner_stream_;  // the stream of its last record
   // The watcher's side.
   alignas(64) Ring* watch_ring_ = nullptr;
   std::uint64_t watch_head_ = 0;
