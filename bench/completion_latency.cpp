@@ -13,7 +13,9 @@
 //   hand-off:   what a registration's parts cost the enqueueing thread, with raw code: the
 //               capture check and a record alone; with another thread spinning (nothing
 //               shared); pushing onto a stack that thread polls; handing it 128-byte blocks;
-//               that thread querying the newest event, or the oldest pending one.
+//               writing blocks nobody reads (a different one each time, or the same); a ring
+//               that thread reads; that thread querying the newest event, or the oldest
+//               pending one.
 //
 //   ./build/bench/custream-completion-latency [SAMPLES [CSV]]   (default 300; CSV: every
 //   latency sample as "way,us", for bench/plot_latency.py)
@@ -350,6 +352,7 @@ void handoff(const custream::Stream& stream) {
       "+ another thread spinning, nothing shared", [] {}, record);
   std::atomic<void*> stack{nullptr};
   static char item[64];
+  static std::atomic<long> sink_ring{0};
   with_thread(
       "+ a push onto a stack the other thread takes",
       [&] {
@@ -404,7 +407,43 @@ void handoff(const custream::Stream& stream) {
           published.store(handed++, std::memory_order_release);
         });
   }
+  // Why the owner's ring keeps a registration to half a line (invariant 11): 128 bytes written
+  // to a different block each time cost the enqueueing thread as much when no other thread
+  // reads them, and nothing when the same block is written each time.
+  measure("+ 128 bytes written to one of 256 blocks no other thread reads", [&](int i) {
+    std::memset(blocks[static_cast<std::size_t>(handed++ % 256)], i, 128);
+    record(i);
+  });
+  measure("+ 128 bytes written to one block, the same each time", [&](int i) {
+    std::memset(blocks[0], i, 128);
+    record(i);
+  });
   for (char* b : blocks) ::operator delete(b, std::align_val_t(64));
+  // The ring's hand-off: an 8-byte slot and a release store of the tail, which the other thread
+  // reads every fourth poll (as the watcher takes the ring).
+  struct alignas(64) Ring {
+    std::atomic<long> tail{0};
+    alignas(64) void* slots[1024] = {};
+  };
+  static Ring ring;
+  static long ring_head = 0;
+  static int polls = 0;
+  with_thread(
+      "+ a ring: a slot and a release tail, read there every 4th poll",
+      [&] {
+        if (++polls % 4 != 0) return;
+        long sum = 0;
+        for (const long t = ring.tail.load(std::memory_order_acquire); ring_head < t; ++ring_head) {
+          sum += reinterpret_cast<std::uintptr_t>(ring.slots[ring_head % 1024]) != 0;
+        }
+        sink_ring.fetch_add(sum, std::memory_order_relaxed);
+      },
+      [&](int i) {
+        record(i);
+        const long t = ring.tail.load(std::memory_order_relaxed);
+        ring.slots[t % 1024] = item;
+        ring.tail.store(t + 1, std::memory_order_release);
+      });
   std::atomic<int> newest{-1};
   with_thread(
       "+ the other thread querying the newest event",
