@@ -454,7 +454,9 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
   // made in the ring's record; otherwise in a task, pushed on the stack (invariant 11).
   void add_inline(const StreamRef& s, const InlineCallableOps& ops,
                   void (*construct)(void*, void*) noexcept, void* source) {
-    if (on_ring()) {
+    // With caller delivery no code of the callable's (its move) runs on the watcher
+    // (invariant 7): it is moved into its task here, and the task goes on the ring.
+    if (options_.delivery == CompletionDelivery::thread && on_ring()) {
       reserve_ring();
       const Mark m = mark(s);
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(&ops) | kRecordInline, construct, source);
@@ -653,7 +655,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     }
     for (const auto& [task, result] : ready) {
       run_task(task, result);
-      finished_.fetch_add(1, std::memory_order_relaxed);
+      finished_.fetch_add(1, std::memory_order_release);
     }
     return ready.size();
   }
@@ -721,6 +723,12 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
       const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
       if (tail == watch_head_ && next == nullptr) return;
       const auto owner = owner_.load(std::memory_order_relaxed);
+      // Out of memory, the records stay where they are and are taken on a later pass.
+      try {
+        out.reserve(out.size() + static_cast<std::size_t>(tail - watch_head_));
+      } catch (const std::bad_alloc&) {
+        return;
+      }
       for (; watch_head_ != tail; ++watch_head_) {
         RingRecord& r = ring.records[watch_head_ % Ring::kRecords];
         const std::uintptr_t kind = r.head & kRecordKinds;
@@ -732,10 +740,14 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
           out.push_back(reinterpret_cast<CompletionTask*>(r.head & ~kRecordKinds));
           continue;
         }
-        // Out of memory here the watcher cannot go on (it never throws): std::terminate.
         const auto* ops =
             reinterpret_cast<const InlineCallableOps*>(r.head & ~(kRecordKinds | kRecordWord));
-        CompletionTask* t = ops->materialize(r.storage);
+        CompletionTask* t;
+        try {
+          t = ops->materialize(r.storage);  // the callable stays in the record when this throws
+        } catch (const std::bad_alloc&) {
+          break;  // taken from here on a later pass
+        }
         const StreamRef& s = ring_stream_;
         t->view = s;
         t->thread = owner;
@@ -750,7 +762,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
         out.push_back(t);
       }
       ring.head.store(watch_head_, std::memory_order_release);
-      if (next == nullptr) return;
+      if (next == nullptr || watch_head_ != tail) return;
       delete watch_ring_;  // the owner went on with `next` and writes this one no more
       watch_ring_ = next;
       watch_head_ = 0;
@@ -759,15 +771,24 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
 
   // Sleeps until a registration or stop (at most `timeout` when given); false on a timeout.
   bool sleep(std::optional<std::chrono::microseconds> timeout) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    sleeping_.store(true, std::memory_order_seq_cst);
-    // The owner publishes its ring without a fence: make every thread pass one now, so that a
-    // record published before it is seen below, and one after it sees `sleeping_` (invariant
-    // 11). If the barrier fails, wake up every millisecond to look.
-    if (expedited_ && ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0 &&
-        (!timeout || *timeout > std::chrono::milliseconds(1))) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sleeping_.store(true, std::memory_order_seq_cst);
+    }
+    // Against a registrant's full fence (stack pushes, and the ring without membarrier): the
+    // looks below come after the store above in the fences' single order.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // The ring's owner publishes without a fence (invariant 11): before a sleep that only a
+    // registration ends, make every running thread of the process pass a full barrier, so that
+    // a record published before it is seen below, and a registration after it sees
+    // `sleeping_`. Not before a timed sleep (a backoff while work is pending): a wake-up missed
+    // there costs at most the sleep, and the interrupts would cost every thread of the process.
+    // If the barrier fails, sleep at most a millisecond at a time.
+    if (!timeout && expedited_ &&
+        ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
       timeout = std::chrono::milliseconds(1);
     }
+    std::unique_lock<std::mutex> lock(mutex_);
     const auto ready = [&] {
       return incoming_.load(std::memory_order_seq_cst) != nullptr || ring_pending() || stop_;
     };
@@ -958,7 +979,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     }
     if (options_.delivery == CompletionDelivery::thread || task->immediate) {
       run_task(task, r);
-      finished_.fetch_add(1, std::memory_order_relaxed);
+      finished_.fetch_add(1, std::memory_order_release);
       return;
     }
     bool was_empty;

@@ -194,10 +194,12 @@ struct CompletionOptions {
 /// destroying thread for CompletionDelivery::caller), so none is lost or run twice; a stream
 /// may be destroyed with registrations pending (they run when its work is done).
 /// Thread-safe: any thread may register. The first thread to register hands its registrations
-/// to the watcher on a ring of its own, with plain stores (and a callable of at most 16 bytes
-/// is kept in the ring, with no allocation); once another thread has registered, every
-/// registration goes through a shared lock-free stack, which costs a registering thread more.
-/// For the cheapest registrations from several threads, give each its own Completions.
+/// to the watcher on a ring of its own, with plain stores; with thread delivery a callable of
+/// at most 16 bytes, aligned to at most 8 and moved without throwing, is made in the ring and
+/// moved into a task by the watcher (the registering thread allocates nothing for it). Once
+/// another thread has registered, every registration goes through a shared lock-free stack,
+/// which costs a registering thread more. For the cheapest registrations from several threads,
+/// give each its own Completions.
 class Completions {
  public:
   /// Starts an engine with its watcher thread. @throws Error (CUDA_ERROR_OPERATING_SYSTEM) when
@@ -226,7 +228,9 @@ class Completions {
         std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, CUresult>,
         "a completion callback takes nothing or the stream's CUresult");
     using D = std::decay_t<F>;
-    if constexpr (detail::fits_inline<D, F&&>) {
+    if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
+      when_done(stream, static_cast<D>(callback));  // a function: its pointer
+    } else if constexpr (detail::fits_inline<D, F&&>) {
       // Made straight into the registering thread's ring where it can be (no task block).
       register_inline(
           stream, detail::InlineOf<D>::ops,
