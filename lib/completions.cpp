@@ -346,7 +346,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
       : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
     auto first_ring = std::make_unique<Ring>();
     owner_ring_ = watch_ring_ = first_ring.get();
-    expedited_ = expedited_barrier_registered();
+    expedited_ = options.process_barrier && expedited_barrier_registered();
     if (options_.delivery == CompletionDelivery::caller) {
       fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (fd_ < 0) {

@@ -684,6 +684,9 @@ TEST_CASE("completions: a sleeping watcher is woken by every registration", "[co
   // this catches a watcher that does not look at the ring, or is not notified, at all.)
   CompletionOptions options = with(each_mechanism());
   options.spin = std::chrono::microseconds(0);  // back off and sleep at once
+  // With the barrier (the owner fence-free), and without (a fence per registration).
+  options.process_barrier = GENERATE(true, false);
+  UNSCOPED_INFO("process_barrier " << options.process_barrier);
   Completions engine(options);
   const Stream s(Device(0), StreamFlags::non_blocking);
   std::atomic<int> ran{0};

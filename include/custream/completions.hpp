@@ -165,6 +165,12 @@ struct CompletionOptions {
   /// that found none complete (busy, without driver calls): longer leaves the driver more to the
   /// threads that enqueue, at the cost of as much latency.
   std::chrono::nanoseconds poll_interval{500};
+  /// Whether the watcher, before it sleeps with nothing pending, may make every running thread
+  /// of the process pass a memory barrier (Linux `membarrier`, an interrupt to each CPU running
+  /// one of its threads), so that the thread owning the engine's ring registers without a
+  /// fence. false: no such interrupts; that thread makes a full fence per registration instead
+  /// (as it does where `membarrier` is unavailable).
+  bool process_barrier = true;
 };
 
 /// Tells you when the work enqueued so far on a stream is done, without putting a host node
