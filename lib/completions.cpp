@@ -70,9 +70,9 @@ class BatchPool {
  public:
   static constexpr std::size_t kBatch = 64;
   // Moves up to kBatch free items to `out`.
-  void refill(std::vector<T>& out, std::size_t most = kBatch) {
+  void refill(std::vector<T>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t n = std::min(free_.size(), most);
+    const std::size_t n = std::min(free_.size(), kBatch);
     out.insert(out.end(), free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     free_.resize(free_.size() - n);
   }
@@ -340,7 +340,7 @@ inline void cpu_relax() noexcept {
 }  // namespace
 
 // Hidden: calls between its members are direct (no PLT), so that they can be inlined.
-class [[gnu::visibility("hidden")]] CompletionEngine {
+class __attribute__((visibility("hidden"))) CompletionEngine {
  public:
   explicit CompletionEngine(const CompletionOptions& options)
       : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
@@ -436,13 +436,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
       prefetch_for_write(&incoming_);
     }
     const Mark m = mark(s);
-    task->view = s;
-    task->thread = static_cast<std::uintptr_t>(::pthread_self());
-    task->stream = s.handle();
-    task->device = s.is_special() ? -1 : s.device_id();
-    task->event = m.event;
-    task->word = m.word;
-    task->pooled = m.pooled;
+    fill(task, s, static_cast<std::uintptr_t>(::pthread_self()), m);
     if (ring) {
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(task) | kRecordTask, nullptr, nullptr);
     } else {
@@ -569,6 +563,18 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     }
   }
 
+  // Fills in what the watcher reads of a task: its stream, registering thread and mark.
+  static void fill(CompletionTask* t, const StreamRef& s, std::uintptr_t thread,
+                   const Mark& m) noexcept {
+    t->view = s;
+    t->thread = thread;
+    t->stream = s.handle();
+    t->device = s.is_special() ? -1 : s.device_id();
+    t->event = m.event;
+    t->word = m.word;
+    t->pooled = m.pooled;
+  }
+
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
   // has the stream write a word or record an event.
   Mark mark(const StreamRef& s) {
@@ -630,7 +636,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
   }
 
   // Hands a registered task to the watcher.
-  void push(CompletionTask * task) noexcept {
+  void push(CompletionTask* task) noexcept {
     registered_.fetch_add(1, std::memory_order_relaxed);
     // A lock-free push (invariant 4); the watcher is woken only when it sleeps.
     CompletionTask* head = incoming_.load(std::memory_order_relaxed);
@@ -688,13 +694,13 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     }
   }
 
-  static void release_word(std::uint64_t * word) noexcept { word_pool().give_back_one(word); }
+  static void release_word(std::uint64_t* word) noexcept { word_pool().give_back_one(word); }
 
   // Appends the registrations made since the last call to `out`, in registration order: the
   // stack is taken first, then the owner's ring, whose records go before the stack's (a
   // registration on the ring never follows one on the stack: invariant 11). Reads the tasks
   // without writing them; makes the tasks of the ring's small callables. Watcher only.
-  void take_incoming(std::vector<CompletionTask*> & out) {
+  void take_incoming(std::vector<CompletionTask*>& out) {
     stacked_.clear();
     if (incoming_.load(std::memory_order_relaxed) != nullptr) {
       for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
@@ -715,7 +721,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
 
   // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
   // the stream they are of. Watcher only.
-  void take_ring(std::vector<CompletionTask*> & out) {
+  void take_ring(std::vector<CompletionTask*>& out) {
     for (;;) {
       Ring& ring = *watch_ring_;
       // `next` first: once it is set, the tail read after it is final.
@@ -748,17 +754,15 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
         } catch (const std::bad_alloc&) {
           break;  // taken from here on a later pass
         }
-        const StreamRef& s = ring_stream_;
-        t->view = s;
-        t->thread = owner;
-        t->stream = s.handle();
-        t->device = s.is_special() ? -1 : s.device_id();
+        Mark m;
         if ((r.head & kRecordWord) != 0) {
-          t->word = static_cast<std::uint64_t*>(r.mark);
-        } else {
-          t->event = static_cast<CUevent>(r.mark);
-          t->pooled = !s.is_special() && s.context_kind() != ContextKind::created;
+          m.word = static_cast<std::uint64_t*>(r.mark);
+        } else {  // pooled as mark() decides for the stream
+          m.event = static_cast<CUevent>(r.mark);
+          m.pooled =
+              !ring_stream_.is_special() && ring_stream_.context_kind() != ContextKind::created;
         }
+        fill(t, ring_stream_, owner, m);
         out.push_back(t);
       }
       ring.head.store(watch_head_, std::memory_order_release);
@@ -858,7 +862,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
   // word that has been the head of its queue for `spin` or longer, asks the device's probe
   // event (always complete: it answers the context's sticky error, if any), and completes
   // that device's word-waiting registrations with the error.
-  void probe(std::unordered_map<CUstream, TaskQueue> & queues, Returned & returned,
+  void probe(std::unordered_map<CUstream, TaskQueue>& queues, Returned& returned,
              Clock::time_point now) {
     const DriverApi& api = loaded().api;
     std::unordered_map<int, CUresult> failed;
@@ -965,7 +969,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
   }
 
   // Runs (or readies) a task the stream reached with `r`, reading it without writing it.
-  void complete(CompletionTask * task, CUresult r, Returned & returned) {
+  void complete(CompletionTask* task, CUresult r, Returned& returned) {
     if (task->word != nullptr) {
       // A word the stream wrote is free again; one it did not (its work failed) is not reused.
       if (r == CUDA_SUCCESS) {
@@ -994,7 +998,7 @@ class [[gnu::visibility("hidden")]] CompletionEngine {
     }
   }
 
-  static void give_back(Returned & returned) noexcept {
+  static void give_back(Returned& returned) noexcept {
     if (!returned.words.empty()) word_pool().give_back(returned.words, returned.words.size());
     returned.words.clear();  // out of memory: they leak
     if (returned.events.empty()) return;
