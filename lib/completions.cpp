@@ -29,6 +29,7 @@
 #include "driver.hpp"
 #include "error.hpp"
 #include "host_function.hpp"
+#include "watcher_sleeps.hpp"
 
 namespace custream {
 namespace detail {
@@ -549,18 +550,15 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     owner_registered_.store(owner_registered_.load(std::memory_order_relaxed) + 1,
                             std::memory_order_release);
     ring.tail.store(owner_tail_, std::memory_order_release);
-    // The watcher sets `sleeping_`, then makes every thread of the process pass a full barrier
-    // (membarrier), then looks at the ring: either it sees these records or this load sees
-    // `sleeping_` (invariant 11). Without membarrier, a full fence here.
+    // The watcher marks itself asleep, then makes every thread of the process pass a full
+    // barrier (membarrier), then looks at the ring: either it sees these records or this load
+    // sees it asleep (invariant 11). Without membarrier, a full fence here.
     if (expedited_) {
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else {
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
-    if (sleeping_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      wake_.notify_one();
-    }
+    if (const std::uint64_t sleep = sleeps_.current(std::memory_order_relaxed)) wake(sleep);
   }
 
   // Fills in what the watcher reads of a task: its stream, registering thread and mark.
@@ -644,10 +642,23 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       task->next = head;
     } while (!incoming_.compare_exchange_weak(head, task, std::memory_order_seq_cst,
                                               std::memory_order_relaxed));
-    if (sleeping_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lock(mutex_);  // the watcher is in wait() or sees the push
-      wake_.notify_one();
-    }
+    if (const std::uint64_t sleep = sleeps_.current(std::memory_order_seq_cst)) wake(sleep);
+  }
+
+  // Ends the watcher's sleep numbered `sleep`: the first registration to claim it notifies,
+  // under the mutex (the watcher is in wait() or sees that registration before it waits);
+  // those after it, until the watcher runs, make no call (invariant 4).
+  [[gnu::cold, gnu::noinline]] void wake(std::uint64_t sleep) noexcept {
+    if (!sleeps_.claim(sleep)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++wakes_;
+    wake_.notify_one();
+  }
+
+  // How often the watcher went to sleep and how often a registration woke it.
+  CompletionWakes wakes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {static_cast<std::size_t>(sleeps_.count()), static_cast<std::size_t>(wakes_)};
   }
 
   std::size_t run_ready() {
@@ -777,15 +788,15 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   bool sleep(std::optional<std::chrono::microseconds> timeout) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      sleeping_.store(true, std::memory_order_seq_cst);
+      sleeps_.begin();
     }
     // Against a registrant's full fence (stack pushes, and the ring without membarrier): the
     // looks below come after the store above in the fences' single order.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // The ring's owner publishes without a fence (invariant 11): before a sleep that only a
     // registration ends, make every running thread of the process pass a full barrier, so that
-    // a record published before it is seen below, and a registration after it sees
-    // `sleeping_`. Not before a timed sleep (a backoff while work is pending): a wake-up missed
+    // a record published before it is seen below, and a registration after it sees the sleep.
+    // Not before a timed sleep (a backoff while work is pending): a wake-up missed
     // there costs at most the sleep, and the interrupts would cost every thread of the process.
     // If the barrier fails, sleep at most a millisecond at a time.
     if (!timeout && expedited_ &&
@@ -803,7 +814,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       wake_.wait(lock, ready);
       woken = true;
     }
-    sleeping_.store(false, std::memory_order_relaxed);
+    sleeps_.end();
     return woken;
   }
 
@@ -1011,26 +1022,31 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     returned.events.clear();
   }
 
-  CompletionOptions options_;
-  bool memory_;  // CompletionMechanism::memory_write
-  std::mutex mutex_;
+  // What every registration reads, on a line that nothing writes after the first registration
+  // (invariant 12): the options, and who owns the ring (invariant 11) and whether another
+  // thread has registered since (then every registration goes on the stack).
+  alignas(64) CompletionOptions options_;
+  bool memory_;             // CompletionMechanism::memory_write
+  bool expedited_ = false;  // membarrier(PRIVATE_EXPEDITED) serves the watcher
+  std::atomic<bool> shared_{false};
+  std::atomic<std::uintptr_t> owner_{0};
+  // The watcher's lock, taken on every pass, and what it guards: on lines of their own, which
+  // no registration reads (invariant 12).
+  alignas(64) std::mutex mutex_;
   std::condition_variable wake_;
   // Caller delivery: completed, with their results, waiting for run_ready().
   std::vector<std::pair<CompletionTask*, CUresult>> ready_;
   bool stop_ = false;
   bool abandon_ = false;
-  bool orphaned_ = false;  // destroyed from a callback: the watcher deletes the engine
-  std::atomic<bool> sleeping_{false};
+  bool orphaned_ = false;    // destroyed from a callback: the watcher deletes the engine
+  std::uint64_t wakes_ = 0;  // the registrations that woke the watcher (wake())
+  // Read by every registration, written by the watcher around its sleeps.
+  alignas(64) WatcherSleeps sleeps_;
   // Counted apart, on lines of their own: registering threads do not share a cache line with
   // the watcher on every registration.
   alignas(64) std::atomic<std::size_t> registered_{0};
   alignas(64) std::atomic<std::size_t> finished_{0};
   alignas(64) std::atomic<CompletionTask*> incoming_{nullptr};  // newest first (lock-free)
-  // The owner's ring (invariant 11). Read-mostly: who owns it, and whether another thread has
-  // registered since (then every registration goes on the stack).
-  alignas(64) std::atomic<std::uintptr_t> owner_{0};
-  std::atomic<bool> shared_{false};
-  bool expedited_ = false;  // membarrier(PRIVATE_EXPEDITED) serves the watcher
   // The owner's side, on a line of its own.
   alignas(64) Ring* owner_ring_ = nullptr;
   std::uint64_t owner_tail_ = 0;  // records written on owner_ring_
@@ -1119,5 +1135,15 @@ std::future<void> Completions::future(const StreamRef& stream) {
 int Completions::eventfd() const noexcept { return engine_->fd(); }
 std::size_t Completions::run_ready() { return engine_->run_ready(); }
 std::size_t Completions::pending() const noexcept { return engine_->pending(); }
+
+namespace detail {
+CompletionWakes completion_wakes(const Completions& c) noexcept {
+  try {
+    return c.engine_->wakes();
+  } catch (const std::system_error&) {  // the mutex could not be taken
+    return {};
+  }
+}
+}  // namespace detail
 
 }  // namespace custream

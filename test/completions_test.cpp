@@ -24,8 +24,10 @@
 #include "custream/host_function.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "custream/stream.hpp"
+#include "custream/testing.hpp"
 #include "emu/emu_control.h"
 #include "test_support.hpp"
+#include "watcher_sleeps.hpp"
 
 using custream::CompletionDelivery;
 using custream::CompletionMechanism;
@@ -702,4 +704,69 @@ TEST_CASE("completions: a sleeping watcher is woken by every registration", "[co
     if (ran.load() != i + 1) break;
   }
   CHECK(i == 300);  // every registration told within 2 s
+}
+
+TEST_CASE("completions: each watcher sleep is claimed once, and a late claim takes no newer sleep",
+          "[completions][unit]") {
+  // The claims behind "a burst of registrations wakes a sleeping watcher with one call". A
+  // registration reads the sleep's number, then claims it; the watcher may meanwhile wake (a
+  // timeout, or its last look found that registration's record), take the record, and fall
+  // asleep again. A claim that took whatever sleep was current then (a flag cleared by
+  // exchange) left that newer sleep unclaimed and marked awake: no later registration woke it,
+  // and registrations hung (seen in 1 of ~20 runs of a million registrations on the emulator).
+  custream::detail::WatcherSleeps sleeps;
+  const auto now = [&] { return sleeps.current(std::memory_order_seq_cst); };
+  CHECK(now() == 0);  // awake
+  sleeps.begin();
+  CHECK(now() == 1);
+  CHECK(sleeps.claim(1));        // the first registration to find it asleep notifies
+  CHECK_FALSE(sleeps.claim(1));  // the rest of the burst does not
+  sleeps.end();
+  CHECK(now() == 0);
+  sleeps.begin();
+  const std::uint64_t read_late = now();  // a registration reads sleep 2, then stalls
+  CHECK(read_late == 2);
+  sleeps.end();    // the watcher wakes unclaimed (its last look found the record) ...
+  sleeps.begin();  // ... and falls asleep again
+  CHECK(sleeps.claim(read_late));  // the stalled claim: a spare notification, harmless
+  CHECK(now() == 3);  // sleep 3 is still a sleep, and still the next registration's to claim
+  CHECK(sleeps.claim(3));
+  CHECK_FALSE(sleeps.claim(3));
+  CHECK_FALSE(sleeps.claim(read_late));  // an older number never takes back a newer claim
+  CHECK(sleeps.count() == 3);
+}
+
+TEST_CASE("completions: a burst of registrations wakes a sleeping watcher with one call",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  // A registration that finds the watcher asleep notifies it (a mutex and a futex call). Until
+  // the woken watcher runs (microseconds), every registration after it would find it asleep
+  // too and pay the same: only the one that clears `sleeping_` may notify, so a registration
+  // wakes the watcher at most once a sleep. A registering thread that notified on every
+  // registration it made before the watcher ran gave more wakes than sleeps here.
+  Completions engine(with(each_mechanism()));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  constexpr int kBursts = 20;
+  constexpr int kBurst = 500;
+  std::atomic<int> ran{0};
+  for (int burst = 0; burst < kBursts; ++burst) {
+    // Nothing pending: the watcher goes to sleep until a registration wakes it.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (engine.pending() != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    REQUIRE(engine.pending() == 0);
+    std::this_thread::sleep_for(20ms);
+    for (int i = 0; i < kBurst; ++i) engine.when_done(s, [&ran] { ran++; });
+  }
+  s.synchronize();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (ran.load() != kBursts * kBurst && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  CHECK(ran.load() == kBursts * kBurst);
+  const custream::testing::CompletionWakes w = custream::testing::completion_wakes(engine);
+  INFO("sleeps " << w.sleeps << ", wakes " << w.wakes);
+  CHECK(w.wakes >= kBursts);   // each burst began on a sleeping watcher
+  CHECK(w.wakes <= w.sleeps);  // and woke it once
 }

@@ -17,9 +17,20 @@
 
 namespace custream {
 
+class Completions;
+
 namespace detail {
 /// The engine behind a Completions (lib/completions.cpp).
 class CompletionEngine;
+
+/// How often a Completions' watcher went to sleep, and how often a registration woke it
+/// (custream/testing.hpp).
+struct CompletionWakes {
+  std::size_t sleeps = 0;  ///< times the watcher began a sleep (with nothing pending, or a backoff)
+  std::size_t wakes = 0;   ///< registrations that notified it (at most one a sleep)
+};
+/// The counts of `c` now (takes its mutex). Never throws: {0, 0} if the mutex cannot be taken.
+CompletionWakes completion_wakes(const Completions& c) noexcept;
 
 /// One registration: a type-erased callable, run once and destroyed once.
 struct CompletionTask {
@@ -264,6 +275,7 @@ class Completions {
   std::size_t pending() const noexcept;
 
  private:
+  friend detail::CompletionWakes detail::completion_wakes(const Completions& c) noexcept;
   void register_task(const StreamRef& stream, detail::CompletionTask* task);
   void register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
                        void (*construct)(void* storage, void* source) noexcept, void* source);

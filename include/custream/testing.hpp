@@ -1,6 +1,7 @@
 /// @file
 /// Hooks for benchmarks and tests that compare custream with the raw driver call in the same
-/// process: the driver entry points custream itself calls, and the host-task pool's counters.
+/// process: the driver entry points custream itself calls, the host-task pool's counters, and a
+/// Completions' wake-up counts.
 ///
 /// Not part of the application API and not included by custream/custream.hpp: include it
 /// explicitly. What it names (custream::testing::DriverApi's fields, PoolStats' members) may
@@ -9,10 +10,12 @@
 
 #include <cstddef>
 
+#include "custream/completions.hpp"
 #include "custream/detail/driver.hpp"
 #include "custream/detail/host_task.hpp"
 
-/// Benchmark and test hooks: the raw driver custream calls, and the host-task pool's state.
+/// Benchmark and test hooks: the raw driver custream calls, the host-task pool's state, and a
+/// Completions' wake-up counts.
 namespace custream::testing {
 
 /// The table of driver entry points custream loaded (one function pointer per entry of
@@ -37,5 +40,13 @@ inline PoolStats pool_stats() noexcept { return detail::pool_stats(); }
 /// The pool's batch size: the most free blocks a thread takes at once, and the most freed
 /// blocks it keeps before handing them back as one batch.
 inline constexpr std::size_t pool_batch = detail::kPoolBatch;
+/// How often a Completions' watcher slept and how often a registration woke it.
+using CompletionWakes = detail::CompletionWakes;
+/// The wake-up counts of `completions` now: a registration wakes a sleeping watcher with one
+/// call, and the registrations after it, until the watcher runs, make none (so `wakes` never
+/// exceeds `sleeps`). Takes the engine's mutex: a diagnostic. Never throws.
+inline CompletionWakes completion_wakes(const Completions& completions) noexcept {
+  return detail::completion_wakes(completions);
+}
 
 }  // namespace custream::testing
