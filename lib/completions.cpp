@@ -646,8 +646,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Ends the watcher's sleep numbered `sleep`: the first registration to claim it notifies,
-  // under the mutex (the watcher is in wait() or sees that registration before it waits);
-  // those after it, until the watcher runs, make no call (invariant 4).
+  // under the mutex (the watcher is in its one wait of that sleep, or has not yet looked for
+  // work under the mutex); those after it, until the watcher runs, make no call (invariant 4).
   [[gnu::cold, gnu::noinline]] void wake(std::uint64_t sleep) noexcept {
     if (!sleeps_.claim(sleep)) return;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -784,7 +784,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     }
   }
 
-  // Sleeps until a registration or stop (at most `timeout` when given); false on a timeout.
+  // Sleeps until a registration, stop, or a notification (at most `timeout` when given); true
+  // when there is work or stop.
   bool sleep(std::optional<std::chrono::microseconds> timeout) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -807,13 +808,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     const auto ready = [&] {
       return incoming_.load(std::memory_order_seq_cst) != nullptr || ring_pending() || stop_;
     };
-    bool woken;
-    if (timeout) {
-      woken = wake_.wait_for(lock, *timeout, ready);
-    } else {
-      wake_.wait(lock, ready);
-      woken = true;
-    }
+    // One wait a sleep: a notification that finds nothing new ends it too, and the watcher
+    // begins a new sleep (a new number) to wait again (invariant 4).
+    const bool woken = WatcherSleeps::wait_once(wake_, lock, timeout, ready);
     sleeps_.end();
     return woken;
   }

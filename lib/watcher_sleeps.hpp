@@ -3,7 +3,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 
 namespace custream::detail {
 
@@ -12,8 +16,12 @@ namespace custream::detail {
 /// of a number notifies, so that a burst of registrations into a sleeping watcher makes one
 /// wake-up call, not one per registration until the watcher runs. Numbers only grow: a
 /// registration that read an older sleep's number (the watcher woke, took its record and fell
-/// asleep again meanwhile) claims nothing newer, and the sleep after it is still woken by the
-/// next registration that finds it.
+/// asleep again meanwhile) claims nothing newer. A claim may come from a registration whose
+/// record the watcher took before it began the sleep (the registration stalled between
+/// publishing and reading the number): its notification finds nothing new, and a watcher that
+/// waited on in the same sleep would leave its number claimed and no later registration would
+/// wake it. So a sleep waits once (wait_once()): any notification ends it, and the watcher
+/// begins a new one, with a new number, to wait again.
 class WatcherSleeps {
  public:
   /// The watcher, under its mutex, before it looks for work a last time: begins its next sleep.
@@ -32,6 +40,20 @@ class WatcherSleeps {
       if (claimed >= sleep) return false;
     } while (!claimed_.compare_exchange_weak(claimed, sleep, std::memory_order_relaxed));
     return true;
+  }
+  /// The watcher's wait in a sleep it began, holding `lock`: until a notification, `timeout`
+  /// (when given) or a spurious wake-up, unless `ready()` already holds. Returns `ready()`.
+  /// Never waits a second time: the caller begins a new sleep for that.
+  template <typename Ready>
+  static bool wait_once(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                        std::optional<std::chrono::microseconds> timeout, Ready&& ready) {
+    if (ready()) return true;
+    if (timeout) {
+      (void)cv.wait_for(lock, *timeout);
+    } else {
+      cv.wait(lock);
+    }
+    return ready();
   }
   /// The sleeps begun so far (the watcher, or under its mutex).
   std::uint64_t count() const noexcept { return count_; }

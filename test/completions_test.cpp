@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -728,7 +729,7 @@ TEST_CASE("completions: each watcher sleep is claimed once, and a late claim tak
   CHECK(read_late == 2);
   sleeps.end();    // the watcher wakes unclaimed (its last look found the record) ...
   sleeps.begin();  // ... and falls asleep again
-  CHECK(sleeps.claim(read_late));  // the stalled claim: a spare notification, harmless
+  CHECK(sleeps.claim(read_late));  // the stalled claim: a notification that finds nothing
   CHECK(now() == 3);  // sleep 3 is still a sleep, and still the next registration's to claim
   CHECK(sleeps.claim(3));
   CHECK_FALSE(sleeps.claim(3));
@@ -736,14 +737,62 @@ TEST_CASE("completions: each watcher sleep is claimed once, and a late claim tak
   CHECK(sleeps.count() == 3);
 }
 
+TEST_CASE("completions: a notification that finds nothing ends the watcher's sleep",
+          "[completions][unit][threads]") {
+  // A registration can stall between publishing its record and reading the sleep's number;
+  // meanwhile the watcher takes the record, completes it and begins sleep n. The stalled
+  // registration then claims n and notifies, and the watcher finds nothing new. Had it waited
+  // on in sleep n, the next registration would find n claimed and make no call, and the
+  // watcher would sleep until the engine's destruction. So a sleep waits once: the watcher
+  // returns and begins sleep n + 1, which the next registration claims. (Found in review; a
+  // wait with the "anything new?" predicate, which waits again, fails here.)
+  custream::detail::WatcherSleeps sleeps;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool work = false;  // what the watcher would find: nothing, in this sleep
+  std::atomic<bool> returned{false};
+  std::thread watcher([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    sleeps.begin();
+    const bool woken =
+        custream::detail::WatcherSleeps::wait_once(cv, lock, std::nullopt, [&] { return work; });
+    sleeps.end();
+    returned = !woken || work;  // returned with nothing found, or released below
+  });
+  while (sleeps.current(std::memory_order_seq_cst) == 0) std::this_thread::yield();
+  { std::lock_guard<std::mutex> waiting(mutex); }  // the watcher holds it until it waits
+  const std::uint64_t late = sleeps.current(std::memory_order_seq_cst);
+  REQUIRE(sleeps.claim(late));  // the stalled registration's claim, its record long taken
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    cv.notify_one();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  const bool ended = returned.load();
+  if (!ended) {  // release a watcher that waited on, so that the test ends
+    std::lock_guard<std::mutex> lock(mutex);
+    work = true;
+    cv.notify_one();
+  }
+  watcher.join();
+  CHECK(ended);
+  // The watcher's next sleep has a new number, which the next registration claims.
+  sleeps.begin();
+  CHECK(sleeps.current(std::memory_order_seq_cst) == late + 1);
+  CHECK(sleeps.claim(late + 1));
+}
+
 TEST_CASE("completions: a burst of registrations wakes a sleeping watcher with one call",
           "[completions][gpu][threads]") {
   REQUIRE_DRIVER();
   // A registration that finds the watcher asleep notifies it (a mutex and a futex call). Until
   // the woken watcher runs (microseconds), every registration after it would find it asleep
-  // too and pay the same: only the one that clears `sleeping_` may notify, so a registration
-  // wakes the watcher at most once a sleep. A registering thread that notified on every
-  // registration it made before the watcher ran gave more wakes than sleeps here.
+  // too and pay the same: only the first to claim the sleep's number may notify, so a
+  // registration wakes the watcher at most once a sleep. A registering thread that notified on
+  // every registration it made before the watcher ran gave more wakes than sleeps here.
   Completions engine(with(each_mechanism()));
   const Stream s(Device(0), StreamFlags::non_blocking);
   constexpr int kBursts = 20;
