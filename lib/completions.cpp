@@ -797,9 +797,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // The ring's owner publishes without a fence (invariant 11): before a sleep that only a
     // registration ends, make every running thread of the process pass a full barrier, so that
     // a record published before it is seen below, and a registration after it sees the sleep.
-    // Not before a timed sleep (a backoff while work is pending): a wake-up missed
-    // there costs at most the sleep, and the interrupts would cost every thread of the process.
-    // If the barrier fails, sleep at most a millisecond at a time.
+    // Not before a timed sleep (a backoff while work is pending): a wake-up missed there costs
+    // at most the sleep, and the interrupts would cost every thread of the process. If the
+    // barrier fails, sleep at most a millisecond at a time.
     if (!timeout && expedited_ &&
         ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
       timeout = std::chrono::milliseconds(1);
