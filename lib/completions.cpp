@@ -64,6 +64,14 @@ inline void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
+// Makes room in `v` for `n` more elements, at least doubling its capacity when it grows: a reserve
+// of exactly what is needed, once per ring of a backlog, reallocated and copied the vector each
+// time (quadratic in the backlog).
+template <typename T>
+void reserve_more(std::vector<T>& v, std::size_t n) {
+  if (v.capacity() - v.size() < n) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
+}
+
 // A process-wide free list that threads take from and give back to a batch at a time, so that
 // threads registering at once do not meet on its mutex for every item (invariants 3, 8).
 template <typename T>
@@ -740,9 +748,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
       if (tail == watch_head_ && next == nullptr) return;
       const auto owner = owner_.load(std::memory_order_relaxed);
-      // Out of memory, the records stay where they are and are taken on a later pass.
+      // Room for every record first, so that the loop below cannot throw; out of memory, the
+      // records stay where they are and are taken on a later pass.
       try {
-        out.reserve(out.size() + static_cast<std::size_t>(tail - watch_head_));
+        reserve_more(out, static_cast<std::size_t>(tail - watch_head_));
       } catch (const std::bad_alloc&) {
         return;
       }

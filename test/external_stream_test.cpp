@@ -51,7 +51,13 @@ constexpr bool kCountsAllocations = false;
 constexpr bool kCountsAllocations = true;
 namespace {
 thread_local bool t_fail_next_allocation = false;
+// Allocations of 8 KiB or more, by every thread (completions_test.cpp: the watcher's batch).
+std::atomic<long> g_large_allocations{0};
 }  // namespace
+// How many allocations of at least 8 KiB every thread of the process has made so far.
+extern "C" long custream_test_large_allocations() {
+  return g_large_allocations.load(std::memory_order_relaxed);
+}
 // Makes this thread's next operator new throw std::bad_alloc (emu_fidelity_test.cpp); returns
 // whether it was armed already.
 extern "C" int custream_test_arm_allocation_failure(int arm) {
@@ -65,6 +71,7 @@ void* operator new(std::size_t size) {
     throw std::bad_alloc();
   }
   ++t_allocations;
+  if (size >= 8192) g_large_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();
 }
