@@ -413,6 +413,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // True on the watcher thread (in a callback).
   bool on_watcher_thread() const noexcept { return thread_.get_id() == std::this_thread::get_id(); }
+  std::thread::id thread_id() const noexcept { return thread_.get_id(); }
 
   // The Completions is destroyed from one of its callbacks: the watcher goes on with what is
   // pending and then deletes the engine itself, when nothing of it is in use (invariant 6).
@@ -718,18 +719,45 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // Appends the registrations made since the last call to `out`, in registration order: the
   // stack is taken first, then the owner's ring, whose records go before the stack's (a
   // registration on the ring never follows one on the stack: invariant 11). Reads the tasks
-  // without writing them; makes the tasks of the ring's small callables. Watcher only.
+  // without writing them; makes the tasks of the ring's small callables. Watcher only. Out of
+  // memory, nothing is lost (invariant 13): a list taken off the stack waits in `held_`, the
+  // stack's tasks in `stacked_`, and the ring's records on the ring, for a later pass.
   void take_incoming(std::vector<CompletionTask*>& out) {
-    stacked_.clear();
-    if (incoming_.load(std::memory_order_relaxed) != nullptr) {
-      for (CompletionTask* t = incoming_.exchange(nullptr, std::memory_order_acquire); t != nullptr;
-           t = t->next) {
-        stacked_.push_back(t);  // the stack is newest first
+    if (stacked_.empty()) {  // none waits from an earlier pass
+      if (held_ == nullptr && incoming_.load(std::memory_order_relaxed) != nullptr) {
+        held_ = incoming_.exchange(nullptr, std::memory_order_acquire);
       }
-      std::reverse(stacked_.begin(), stacked_.end());
+      if (held_ != nullptr) {
+        std::size_t n = 0;
+        for (const CompletionTask* t = held_; t != nullptr; t = t->next) ++n;
+        try {
+          stacked_.reserve(n);
+        } catch (const std::bad_alloc&) {
+          starved_ = true;
+          return;  // the ring waits too: its records go before these tasks
+        }
+        for (CompletionTask* t = held_; t != nullptr; t = t->next) {
+          stacked_.push_back(t);  // the stack is newest first
+        }
+        held_ = nullptr;
+        std::reverse(stacked_.begin(), stacked_.end());
+      }
     }
-    take_ring(out);
+    take_ring(out, stacked_.size());
+    try {
+      reserve_more(out, stacked_.size());
+    } catch (const std::bad_alloc&) {
+      starved_ = true;
+      return;
+    }
     out.insert(out.end(), stacked_.begin(), stacked_.end());
+    stacked_.clear();
+  }
+
+  // Whether registrations wait for memory on the watcher's side: taken off the stack but not
+  // yet queued, or left on the ring (invariant 13).
+  bool held_back() const noexcept {
+    return held_ != nullptr || !stacked_.empty() || ring_pending();
   }
 
   // Whether the owner's ring has records the watcher has not taken.
@@ -739,8 +767,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
-  // the stream they are of. Watcher only.
-  void take_ring(std::vector<CompletionTask*>& out) {
+  // the stream they are of, leaving room in `out` for `then` more. Watcher only.
+  void take_ring(std::vector<CompletionTask*>& out, std::size_t then) {
     for (;;) {
       Ring& ring = *watch_ring_;
       // `next` first: once it is set, the tail read after it is final.
@@ -751,8 +779,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       // Room for every record first, so that the loop below cannot throw; out of memory, the
       // records stay where they are and are taken on a later pass.
       try {
-        reserve_more(out, static_cast<std::size_t>(tail - watch_head_));
+        reserve_more(out, static_cast<std::size_t>(tail - watch_head_) + then);
       } catch (const std::bad_alloc&) {
+        starved_ = true;
         return;
       }
       for (; watch_head_ != tail; ++watch_head_) {
@@ -772,6 +801,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         try {
           t = ops->materialize(r.storage);  // the callable stays in the record when this throws
         } catch (const std::bad_alloc&) {
+          starved_ = true;
           break;  // taken from here on a later pass
         }
         Mark m;
@@ -848,12 +878,12 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned,
             Clock::time_point now) {
     bool progress = false;
+    if (q.empty()) return false;  // its first task could not be queued (out of memory)
     if (q.head()->word == nullptr) {
       // An event's query is a driver call that the enqueueing threads feel: the oldest first,
       // since a pending oldest means nothing later is done (one query).
       const CUresult r = api.cuEventQuery(q.head()->event);
-      if (r == CUDA_ERROR_NOT_READY) return false;
-      complete(q.pop(now), r, returned);
+      if (r == CUDA_ERROR_NOT_READY || !complete(q, r, returned, now)) return false;
       progress = true;
       // Then the newest (invariant 2): when it is done, every registration queued before it
       // is, provided their push order is their order in the stream: all of one thread's, on a
@@ -861,15 +891,15 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       // ordered together).
       if (q.size() > 1 && !q.mixed && !is_special(key) &&
           api.cuEventQuery(q.tail()->event) == CUDA_SUCCESS) {
-        while (!q.empty()) complete(q.pop(now), CUDA_SUCCESS, returned);
+        while (!q.empty() && complete(q, CUDA_SUCCESS, returned, now)) {
+        }
         return true;
       }
     }
     // One by one from the oldest (a word is a load: each is read, none taken for another).
     while (!q.empty()) {
       const CUresult r = reached(api, q.head());
-      if (r == CUDA_ERROR_NOT_READY) break;
-      complete(q.pop(now), r, returned);
+      if (r == CUDA_ERROR_NOT_READY || !complete(q, r, returned, now)) break;
       progress = true;
     }
     return progress;
@@ -899,8 +929,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       }
       if (f->second == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
-        while (!other.empty() && other.head()->word != nullptr && other.head()->device == device) {
-          complete(other.pop(now), f->second, returned);
+        while (!other.empty() && other.head()->word != nullptr && other.head()->device == device &&
+               complete(other, f->second, returned, now)) {
         }
       }
     }
@@ -929,7 +959,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       bool abandon = false;
       const bool stop = stopping(&abandon);
       if (abandon) break;
-      batch.clear();
+      starved_ = false;
+      // `batch` keeps what the last pass could not queue (out of memory), ahead of what comes.
       // While registrations are pending and none completes, the incoming stack is read every
       // kTakeEvery passes only: each read takes its line from the registering threads, whose
       // next push then waits for it (invariant 4).
@@ -939,7 +970,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       } else {
         ++passes_without_taking;
       }
-      if (queues.empty() && batch.empty()) {
+      // Nothing pending: sleep until a registration. What waits for memory is retried after the
+      // backoff's timed sleeps instead (invariant 13).
+      if (queues.empty() && batch.empty() && !held_back()) {
         if (stop) break;
         sleep(std::nullopt);
         last_progress = Clock::now();
@@ -947,14 +980,25 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         continue;
       }
       Clock::time_point now = Clock::now();
-      for (CompletionTask* t : batch) queues[t->stream].push(t, now);
+      std::size_t queued = 0;
+      try {
+        for (; queued < batch.size(); ++queued)
+          queues[batch[queued]->stream].push(batch[queued], now);
+      } catch (const std::bad_alloc&) {  // the rest wait, in order, for a later pass
+        starved_ = true;
+      }
+      batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(queued));
       bool progress = false;
       const DriverApi& api = loaded().api;
       for (auto& [key, q] : queues) progress = poll(api, key, q, returned, now) || progress;
       // At most once per `spin`, whatever completes elsewhere (invariant 9).
       if (memory_ && now - last_probe >= options_.spin) {
-        probe(queues, returned, now);
-        last_probe = now;
+        try {
+          probe(queues, returned, now);
+          last_probe = now;
+        } catch (const std::bad_alloc&) {  // asked again on the next pass
+          starved_ = true;
+        }
       }
       for (auto it = queues.begin(); it != queues.end();) {
         it = it->second.empty() ? queues.erase(it) : std::next(it);
@@ -976,7 +1020,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.
       backoff_us = backoff_us == 0 ? 50 : std::min<long>(backoff_us * 2, 1000);
-      if (sleep(std::chrono::microseconds(backoff_us))) {
+      if (starved_) {
+        // Out of memory (invariant 13): what waits on the ring would end a sleep at once.
+        std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      } else if (sleep(std::chrono::microseconds(backoff_us))) {
         last_progress = Clock::now();
         backoff_us = 0;
       }
@@ -985,33 +1032,59 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     give_back(returned);
   }
 
-  // Runs (or readies) a task the stream reached with `r`, reading it without writing it.
-  void complete(CompletionTask* task, CUresult r, Returned& returned) {
-    if (task->word != nullptr) {
-      // A word the stream wrote is free again; one it did not (its work failed) is not reused.
-      if (r == CUDA_SUCCESS) {
-        __atomic_store_n(task->word, std::uint64_t{0}, __ATOMIC_RELAXED);
-        returned.words.push_back(task->word);
+  // Runs (or readies) the head of `q`, which the stream reached with `r`, reading it without
+  // writing it, and pops it. False, leaving it at the head, when caller delivery's ready list
+  // has no room for it (out of memory: invariant 13).
+  bool complete(TaskQueue& q, CUresult r, Returned& returned, Clock::time_point now) noexcept {
+    CompletionTask* const task = q.head();
+    // Read before the task is handed on: a run_ready() may run and destroy it at once.
+    std::uint64_t* const word = task->word;
+    const CUevent event = task->event;
+    const int device = task->device;
+    const bool pooled = task->pooled;
+    const bool run_here = options_.delivery == CompletionDelivery::thread || task->immediate;
+    bool was_empty = false;
+    if (!run_here) {
+      try {
+        std::lock_guard<std::mutex> lock(mutex_);
+        was_empty = ready_.empty();
+        ready_.emplace_back(task, r);
+      } catch (...) {  // std::bad_alloc, or the mutex could not be taken
+        starved_ = true;
+        return false;
       }
-    } else if (task->pooled) {
-      returned.events.emplace_back(task->device, task->event);  // back to the pool after this pass
-    } else {
-      release_call<&DriverApi::cuEventDestroy>("event", task->event, task->event);
     }
-    if (options_.delivery == CompletionDelivery::thread || task->immediate) {
+    q.pop(now);
+    // Its mark is free again: back to the pool after this pass (at once when the list cannot
+    // grow). A word the stream did not write (its work failed) is not reused.
+    if (word != nullptr) {
+      if (r == CUDA_SUCCESS) {
+        __atomic_store_n(word, std::uint64_t{0}, __ATOMIC_RELAXED);
+        keep_or_give_back(returned.words, word, [&] { release_word(word); });
+      }
+    } else if (pooled) {
+      keep_or_give_back(returned.events, std::pair<int, CUevent>(device, event),
+                        [&] { give_back_event(device, event); });
+    } else {
+      release_call<&DriverApi::cuEventDestroy>("event", event, event);
+    }
+    if (run_here) {
       run_task(task, r);
       finished_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    bool was_empty;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      was_empty = ready_.empty();
-      ready_.emplace_back(task, r);
-    }
-    if (was_empty) {
+    } else if (was_empty) {
       const std::uint64_t one = 1;
       (void)!::write(fd_, &one, sizeof one);
+    }
+    return true;
+  }
+
+  // Appends `item` to `list`; out of memory, hands it back with `give_back` instead.
+  template <typename T, typename GiveBack>
+  static void keep_or_give_back(std::vector<T>& list, const T& item, GiveBack give_back) noexcept {
+    try {
+      list.push_back(item);
+    } catch (const std::bad_alloc&) {
+      give_back();
     }
   }
 
@@ -1062,8 +1135,12 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // The watcher's side.
   alignas(64) Ring* watch_ring_ = nullptr;
   std::uint64_t watch_head_ = 0;
-  StreamRef ring_stream_;                 // the stream of the records being taken
-  std::vector<CompletionTask*> stacked_;  // take_incoming()'s scratch
+  StreamRef ring_stream_;  // the stream of the records being taken
+  // Taken off the stack, in registration order, not yet handed to the watch loop (out of memory:
+  // invariant 13); otherwise empty between passes.
+  std::vector<CompletionTask*> stacked_;
+  CompletionTask* held_ = nullptr;  // a list taken off the stack that stacked_ had no room for
+  bool starved_ = false;            // this pass of the watcher's could not allocate
   // Per device ordinal: an event of its pool, asked for a failed context's error (written
   // words; invariant 9). Devices past the last slot use events.
   std::array<std::atomic<CUevent>, 64> probes_{};
@@ -1143,6 +1220,7 @@ std::size_t Completions::run_ready() { return engine_->run_ready(); }
 std::size_t Completions::pending() const noexcept { return engine_->pending(); }
 
 namespace detail {
+std::thread::id completion_thread(const Completions& c) noexcept { return c.engine_->thread_id(); }
 CompletionWakes completion_wakes(const Completions& c) noexcept {
   try {
     return c.engine_->wakes();

@@ -713,6 +713,96 @@ TEST_CASE("completions: a large backlog is taken with few allocations", "[comple
   CHECK(large < kRings / 2);  // 20-36 on the emulator; 140-156 with the reserve of one ring
 }
 
+// Makes every allocation of the thread `*thread` (nullptr: of none) throw std::bad_alloc
+// (external_stream_test.cpp's operator new); absent under AddressSanitizer.
+extern "C" __attribute__((weak)) void custream_test_fail_allocations_of(const std::thread::id*);
+
+TEST_CASE("completions: a watcher out of memory loses nothing and runs each registration once",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  if (custream_test_fail_allocations_of == nullptr) {
+    CUSTREAM_SKIP("operator new is not replaced in this build (AddressSanitizer)");
+  }
+  // Every allocation of the watcher fails while registrations of every kind come: small
+  // callables made in ring records, larger ones and futures in tasks, on the owner's ring and
+  // on the stack (another thread's, then the owner's), on three streams (two of them new
+  // queues); then the first stream's work completes, still without memory.
+  // Before, an allocation failure in the watch loop ended the process (std::terminate); now
+  // what cannot be taken or queued waits, in order, and all of it runs once memory is back.
+  const CompletionDelivery delivery =
+      GENERATE(CompletionDelivery::thread, CompletionDelivery::caller);
+  UNSCOPED_INFO("delivery " << (delivery == CompletionDelivery::thread ? "thread" : "caller"));
+  Completions engine(with(each_mechanism(), delivery));
+  const std::array<Stream, 3> streams{Stream(Device(0), StreamFlags::non_blocking),
+                                      Stream(Device(0), StreamFlags::non_blocking),
+                                      Stream(Device(0), StreamFlags::non_blocking)};
+  engine.future(streams[0]).get();  // this thread owns the ring
+  struct Log {                      // by stream, in the order run
+    std::mutex mutex;
+    std::array<std::vector<int>, 3> ran;
+    void note(int i) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ran[static_cast<std::size_t>(i % 3)].push_back(i);
+    }
+    std::size_t size() {
+      std::lock_guard<std::mutex> lock(mutex);
+      return ran[0].size() + ran[1].size() + ran[2].size();
+    }
+  } log;
+  std::vector<std::future<void>> futures;
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  const auto add = [&](int i) {
+    const Stream& s = streams[static_cast<std::size_t>(i % 3)];
+    if (i % 15 == 7) {  // too large for a record: a task
+      engine.when_done(s, [&log, i, t = Tracked{}, pad = std::array<char, 64>{}] {
+        log.note(i + pad[0]);  // pad[0] is 0
+      });
+    } else {
+      auto small = [&log, i, t = Tracked{}] { log.note(i); };
+      static_assert(custream::detail::fits_inline<decltype(small), decltype(small)&&>,
+                    "made in a ring record");
+      engine.when_done(s, std::move(small));
+    }
+    if (i % 50 == 0) futures.push_back(engine.future(s));
+  };
+  for (auto& r : log.ran) r.reserve(420);  // the callbacks allocate nothing
+  // The first stream is held, and its first registration queued, before the failures begin: its
+  // queue grows, and its completions are handed on (or their events given back), without memory.
+  std::optional<Gate> gate(std::in_place, streams[0]);
+  add(0);
+  std::this_thread::sleep_for(20ms);
+  const std::thread::id watcher = custream::testing::completion_thread(engine);
+  custream_test_fail_allocations_of(&watcher);
+  int i = 1;
+  for (; i < 300; ++i) add(i);  // the owner's ring
+  std::thread([&] {
+    for (int j = 300; j < 360; ++j) add(j);  // the stack, from now on for every thread
+  }).join();
+  for (i = 360; i < 420; ++i) add(i);
+  std::this_thread::sleep_for(30ms);
+  // Nothing could be queued meanwhile: every new queue is an allocation.
+  CHECK(engine.run_ready() == 0);
+  CHECK(log.size() == 0);
+  CHECK(futures.front().wait_for(0s) == std::future_status::timeout);
+  gate.reset();  // the first stream's work completes while the watcher still cannot allocate
+  std::this_thread::sleep_for(30ms);
+  engine.run_ready();
+  custream_test_fail_allocations_of(nullptr);
+  REQUIRE(eventually([&] {
+    engine.run_ready();
+    return log.size() == 420;
+  }));
+  for (int k = 0; k < 3; ++k) {  // each stream's in registration order, each once
+    std::vector<int> expected;
+    for (int j = k; j < 420; j += 3) expected.push_back(j);
+    CHECK(log.ran[static_cast<std::size_t>(k)] == expected);
+  }
+  for (auto& f : futures) CHECK_NOTHROW(f.get());
+  CHECK(eventually([&] { return engine.pending() == 0; }));
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
 TEST_CASE("completions: a sleeping watcher is woken by every registration", "[completions][gpu]") {
   REQUIRE_DRIVER();
   // The ring's owner publishes without a fence; the watcher, before it sleeps with nothing

@@ -53,7 +53,15 @@ namespace {
 thread_local bool t_fail_next_allocation = false;
 // Allocations of 8 KiB or more, by every thread (completions_test.cpp: the watcher's batch).
 std::atomic<long> g_large_allocations{0};
+// A thread whose every allocation fails (none by default).
+std::atomic<std::thread::id> g_failing_thread{};
 }  // namespace
+// Makes every allocation of the thread `*thread` (nullptr: of no thread) throw std::bad_alloc
+// from now on (completions_test.cpp: a watcher out of memory).
+extern "C" void custream_test_fail_allocations_of(const std::thread::id* thread) {
+  g_failing_thread.store(thread != nullptr ? *thread : std::thread::id(),
+                         std::memory_order_relaxed);
+}
 // How many allocations of at least 8 KiB every thread of the process has made so far.
 extern "C" long custream_test_large_allocations() {
   return g_large_allocations.load(std::memory_order_relaxed);
@@ -68,6 +76,10 @@ extern "C" int custream_test_arm_allocation_failure(int arm) {
 void* operator new(std::size_t size) {
   if (t_fail_next_allocation) {
     t_fail_next_allocation = false;
+    throw std::bad_alloc();
+  }
+  if (const std::thread::id failing = g_failing_thread.load(std::memory_order_relaxed);
+      failing != std::thread::id() && failing == std::this_thread::get_id()) {
     throw std::bad_alloc();
   }
   ++t_allocations;

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <new>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -31,6 +32,8 @@ struct CompletionWakes {
 };
 /// The counts of `c` now (takes its mutex). Never throws: {0, 0} if the mutex cannot be taken.
 CompletionWakes completion_wakes(const Completions& c) noexcept;
+/// The id of `c`'s watcher thread (custream/testing.hpp).
+std::thread::id completion_thread(const Completions& c) noexcept;
 
 /// One registration: a type-erased callable, run once and destroyed once.
 struct CompletionTask {
@@ -276,6 +279,7 @@ class Completions {
 
  private:
   friend detail::CompletionWakes detail::completion_wakes(const Completions& c) noexcept;
+  friend std::thread::id detail::completion_thread(const Completions& c) noexcept;
   void register_task(const StreamRef& stream, detail::CompletionTask* task);
   void register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
                        void (*construct)(void* storage, void* source) noexcept, void* source);

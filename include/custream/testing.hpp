@@ -48,5 +48,10 @@ using CompletionWakes = detail::CompletionWakes;
 inline CompletionWakes completion_wakes(const Completions& completions) noexcept {
   return detail::completion_wakes(completions);
 }
+/// The id of the thread that watches `completions`' registrations (and runs their callbacks with
+/// thread delivery). Never throws.
+inline std::thread::id completion_thread(const Completions& completions) noexcept {
+  return detail::completion_thread(completions);
+}
 
 }  // namespace custream::testing
