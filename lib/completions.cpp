@@ -66,10 +66,16 @@ inline void prefetch_for_write(const void* p) noexcept {
 
 // Makes room in `v` for `n` more elements, at least doubling its capacity when it grows: a reserve
 // of exactly what is needed, once per ring of a backlog, reallocated and copied the vector each
-// time (quadratic in the backlog).
+// time (quadratic in the backlog). Where doubling finds no memory, exactly what is needed.
+// @throws std::bad_alloc.
 template <typename T>
 void reserve_more(std::vector<T>& v, std::size_t n) {
-  if (v.capacity() - v.size() < n) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
+  if (v.capacity() - v.size() >= n) return;
+  try {
+    v.reserve(std::max(v.size() + n, 2 * v.capacity()));
+  } catch (const std::bad_alloc&) {
+    v.reserve(v.size() + n);
+  }
 }
 
 // A process-wide free list that threads take from and give back to a batch at a time, so that
@@ -743,7 +749,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         std::reverse(stacked_.begin(), stacked_.end());
       }
     }
-    take_ring(out, stacked_.size());
+    // The ring's records go before the stack's tasks: while any is left on the ring (out of
+    // memory), the stack's wait too (invariant 11).
+    if (!take_ring(out, stacked_.size())) return;
     try {
       reserve_more(out, stacked_.size());
     } catch (const std::bad_alloc&) {
@@ -768,13 +776,14 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
   // the stream they are of, leaving room in `out` for `then` more. Watcher only.
-  void take_ring(std::vector<CompletionTask*>& out, std::size_t then) {
+  // True when it took every record the ring held when read.
+  bool take_ring(std::vector<CompletionTask*>& out, std::size_t then) {
     for (;;) {
       Ring& ring = *watch_ring_;
       // `next` first: once it is set, the tail read after it is final.
       Ring* const next = ring.next.load(std::memory_order_acquire);
       const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
-      if (tail == watch_head_ && next == nullptr) return;
+      if (tail == watch_head_ && next == nullptr) return true;
       const auto owner = owner_.load(std::memory_order_relaxed);
       // Room for every record first, so that the loop below cannot throw; out of memory, the
       // records stay where they are and are taken on a later pass.
@@ -782,7 +791,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         reserve_more(out, static_cast<std::size_t>(tail - watch_head_) + then);
       } catch (const std::bad_alloc&) {
         starved_ = true;
-        return;
+        return false;
       }
       for (; watch_head_ != tail; ++watch_head_) {
         RingRecord& r = ring.records[watch_head_ % Ring::kRecords];
@@ -816,7 +825,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         out.push_back(t);
       }
       ring.head.store(watch_head_, std::memory_order_release);
-      if (next == nullptr || watch_head_ != tail) return;
+      if (watch_head_ != tail) return false;  // a callable could not be moved (out of memory)
+      if (next == nullptr) return true;
       delete watch_ring_;  // the owner went on with `next` and writes this one no more
       watch_ring_ = next;
       watch_head_ = 0;
@@ -859,6 +869,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     *abandon = abandon_;
     return stop_;
   }
+
+  // Devices with a probe (invariant 9): the written-words mechanism serves the first 64.
+  static constexpr std::size_t kMaxProbes = 64;
 
   // What a pass completed, given back to the pools after it.
   struct Returned {
@@ -912,12 +925,13 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   void probe(std::unordered_map<CUstream, TaskQueue>& queues, Returned& returned,
              Clock::time_point now) {
     const DriverApi& api = loaded().api;
-    std::unordered_map<int, CUresult> failed;
+    // Each device's answer, asked once a probe (no allocation: invariant 13).
+    std::array<std::optional<CUresult>, kMaxProbes> failed;
     for (auto& [key, q] : queues) {
       if (q.empty() || q.head()->word == nullptr || now - q.head_since < options_.spin) continue;
       const int device = q.head()->device;
-      auto f = failed.find(device);
-      if (f == failed.end()) {
+      std::optional<CUresult>& f = failed[static_cast<std::size_t>(device)];
+      if (!f) {
         const CUevent e = probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
         const CUresult r = api.cuEventQuery(e);
         // Only an error of the context fails the device's words: not a capture's refusal.
@@ -925,12 +939,14 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
                              r != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
                              r != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED &&
                              r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
-        f = failed.emplace(device, failure ? r : CUDA_SUCCESS).first;
+        f = failure ? r : CUDA_SUCCESS;
       }
-      if (f->second == CUDA_SUCCESS) continue;
+      if (*f == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
+        // A word the stream wrote is a success (its task waited for room on the ready list).
         while (!other.empty() && other.head()->word != nullptr && other.head()->device == device &&
-               complete(other, f->second, returned, now)) {
+               complete(other, reached(api, other.head()) == CUDA_SUCCESS ? CUDA_SUCCESS : *f,
+                        returned, now)) {
         }
       }
     }
@@ -1143,7 +1159,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   bool starved_ = false;            // this pass of the watcher's could not allocate
   // Per device ordinal: an event of its pool, asked for a failed context's error (written
   // words; invariant 9). Devices past the last slot use events.
-  std::array<std::atomic<CUevent>, 64> probes_{};
+  std::array<std::atomic<CUevent>, kMaxProbes> probes_{};
   int fd_ = -1;
   std::thread thread_;
 };

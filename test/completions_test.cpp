@@ -713,9 +713,30 @@ TEST_CASE("completions: a large backlog is taken with few allocations", "[comple
   CHECK(large < kRings / 2);  // 20-36 on the emulator; 140-156 with the reserve of one ring
 }
 
-// Makes every allocation of the thread `*thread` (nullptr: of none) throw std::bad_alloc
-// (external_stream_test.cpp's operator new); absent under AddressSanitizer.
-extern "C" __attribute__((weak)) void custream_test_fail_allocations_of(const std::thread::id*);
+// Makes every allocation of `from` to `upto` bytes by the thread `*thread` (nullptr: by none)
+// throw std::bad_alloc (external_stream_test.cpp's operator new); absent under AddressSanitizer.
+extern "C" __attribute__((weak)) void custream_test_fail_allocations_of(const std::thread::id*,
+                                                                        std::size_t, std::size_t);
+
+namespace {
+// Fails the allocations of `from` to `upto` bytes by `thread` until stop() or the end of its
+// scope (also when a check throws: a watcher left failing would hang its engine's destructor).
+class FailingAllocations {
+ public:
+  explicit FailingAllocations(std::thread::id thread, std::size_t from = 0,
+                              std::size_t upto = ~std::size_t{0})
+      : thread_(thread) {
+    custream_test_fail_allocations_of(&thread_, from, upto);
+  }
+  ~FailingAllocations() { stop(); }
+  FailingAllocations(const FailingAllocations&) = delete;
+  FailingAllocations& operator=(const FailingAllocations&) = delete;
+  void stop() { custream_test_fail_allocations_of(nullptr, 0, 0); }
+
+ private:
+  std::thread::id thread_;
+};
+}  // namespace
 
 TEST_CASE("completions: a watcher out of memory loses nothing and runs each registration once",
           "[completions][gpu][threads]") {
@@ -772,8 +793,7 @@ TEST_CASE("completions: a watcher out of memory loses nothing and runs each regi
   std::optional<Gate> gate(std::in_place, streams[0]);
   add(0);
   std::this_thread::sleep_for(20ms);
-  const std::thread::id watcher = custream::testing::completion_thread(engine);
-  custream_test_fail_allocations_of(&watcher);
+  FailingAllocations failing(custream::testing::completion_thread(engine));
   int i = 1;
   for (; i < 300; ++i) add(i);  // the owner's ring
   std::thread([&] {
@@ -788,7 +808,7 @@ TEST_CASE("completions: a watcher out of memory loses nothing and runs each regi
   gate.reset();  // the first stream's work completes while the watcher still cannot allocate
   std::this_thread::sleep_for(30ms);
   engine.run_ready();
-  custream_test_fail_allocations_of(nullptr);
+  failing.stop();
   REQUIRE(eventually([&] {
     engine.run_ready();
     return log.size() == 420;
@@ -801,6 +821,59 @@ TEST_CASE("completions: a watcher out of memory loses nothing and runs each regi
   for (auto& f : futures) CHECK_NOTHROW(f.get());
   CHECK(eventually([&] { return engine.pending() == 0; }));
   CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
+TEST_CASE("completions: records a watcher out of memory leaves on the ring are not overtaken",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  if (custream_test_fail_allocations_of == nullptr) {
+    CUSTREAM_SKIP("operator new is not replaced in this build (AddressSanitizer)");
+  }
+  // 2,000 of the owner's registrations on its ring while the watcher is held; then another
+  // thread registers (from now on every registration goes on the stack) and the owner registers
+  // once more, on the stack. Its registration comes after the 2,000 on the same stream. The
+  // watcher, released, cannot take the ring: its batch cannot grow (allocations of 8 KiB or
+  // more fail), or the callables cannot be moved into tasks (task blocks fail) after the first.
+  // Before, it queued the stack's task anyway and ran 2,000 first (or 0, 2,000, 1, ...).
+  const bool batch_fails = GENERATE(true, false);
+  UNSCOPED_INFO((batch_fails ? "the batch cannot grow" : "no task block"));
+  Completions engine(with(each_mechanism()));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const Stream other(Device(0), StreamFlags::non_blocking);
+  engine.future(s).get();  // this thread owns the ring
+  struct Log {
+    std::mutex mutex;
+    std::vector<int> order;
+    void note(int i) {
+      std::lock_guard<std::mutex> lock(mutex);
+      order.push_back(i);
+    }
+    std::size_t size() {
+      std::lock_guard<std::mutex> lock(mutex);
+      return order.size();
+    }
+  } log;
+  log.order.reserve(3000);  // the callbacks allocate nothing
+  constexpr int kRing = 2000;
+  std::optional<FailingAllocations> failing;
+  {
+    WatcherHold hold(engine, other);
+    for (int i = 0; i < kRing; ++i) engine.when_done(s, [&log, i] { log.note(i); });
+    const std::thread::id watcher = custream::testing::completion_thread(engine);
+    if (batch_fails) {
+      failing.emplace(watcher, 8192);
+    } else {
+      failing.emplace(watcher, custream::detail::kTaskBlock, custream::detail::kTaskBlock);
+    }
+    std::thread([&] { engine.when_done(other, [] {}); }).join();
+    engine.when_done(s, [&log] { log.note(kRing); });
+  }
+  std::this_thread::sleep_for(50ms);
+  failing.reset();
+  REQUIRE(eventually([&] { return log.size() == kRing + 1; }));
+  std::vector<int> expected;
+  for (int i = 0; i <= kRing; ++i) expected.push_back(i);
+  CHECK(log.order == expected);
 }
 
 TEST_CASE("completions: a sleeping watcher is woken by every registration", "[completions][gpu]") {

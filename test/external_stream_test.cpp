@@ -53,12 +53,18 @@ namespace {
 thread_local bool t_fail_next_allocation = false;
 // Allocations of 8 KiB or more, by every thread (completions_test.cpp: the watcher's batch).
 std::atomic<long> g_large_allocations{0};
-// A thread whose every allocation fails (none by default).
+// A thread whose allocations of g_failing_from to g_failing_upto bytes fail (none by default).
 std::atomic<std::thread::id> g_failing_thread{};
+std::atomic<std::size_t> g_failing_from{0};
+std::atomic<std::size_t> g_failing_upto{0};
 }  // namespace
-// Makes every allocation of the thread `*thread` (nullptr: of no thread) throw std::bad_alloc
-// from now on (completions_test.cpp: a watcher out of memory).
-extern "C" void custream_test_fail_allocations_of(const std::thread::id* thread) {
+// Makes every allocation of `from` to `upto` bytes by the thread `*thread` (nullptr: by no
+// thread) throw std::bad_alloc from now on (completions_test.cpp: a watcher out of memory). Only
+// this operator new: not the aligned forms, nor malloc.
+extern "C" void custream_test_fail_allocations_of(const std::thread::id* thread, std::size_t from,
+                                                  std::size_t upto) {
+  g_failing_from.store(from, std::memory_order_relaxed);
+  g_failing_upto.store(upto, std::memory_order_relaxed);
   g_failing_thread.store(thread != nullptr ? *thread : std::thread::id(),
                          std::memory_order_relaxed);
 }
@@ -79,7 +85,9 @@ void* operator new(std::size_t size) {
     throw std::bad_alloc();
   }
   if (const std::thread::id failing = g_failing_thread.load(std::memory_order_relaxed);
-      failing != std::thread::id() && failing == std::this_thread::get_id()) {
+      failing != std::thread::id() && failing == std::this_thread::get_id() &&
+      size >= g_failing_from.load(std::memory_order_relaxed) &&
+      size <= g_failing_upto.load(std::memory_order_relaxed)) {
     throw std::bad_alloc();
   }
   ++t_allocations;
