@@ -3,7 +3,6 @@
 #include "custream/completions.hpp"
 
 #include <linux/membarrier.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -84,10 +83,10 @@ template <typename T>
 class BatchPool {
  public:
   static constexpr std::size_t kBatch = 64;
-  // Moves up to kBatch free items to `out`.
-  void refill(std::vector<T>& out) {
+  // Moves up to `batch` free items to `out`.
+  void refill(std::vector<T>& out, std::size_t batch = kBatch) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t n = std::min(free_.size(), kBatch);
+    const std::size_t n = std::min(free_.size(), batch);
     out.insert(out.end(), free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     free_.resize(free_.size() - n);
   }
@@ -133,14 +132,49 @@ struct ThreadCache {
   }
   // An item from the cache, refilled from the pool, else from `make()`.
   template <typename Make>
-  T take(Make&& make) {
-    if (free.empty()) pool->refill(free);
+  T take(Make&& make, std::size_t batch = BatchPool<T>::kBatch) {
+    if (free.empty()) pool->refill(free, batch);
     if (free.empty()) return make();
     const T item = free.back();
     free.pop_back();
     return item;
   }
 };
+
+// A thread's own T, made by `make()` on the thread's first call and destroyed when the thread
+// ends, reached through an initial-exec TLS pointer: no __tls_get_addr call from the shared
+// library on a registration (invariant 3).
+template <typename T, T (*make)()>
+class ThreadLocal {
+ public:
+  static T& get() {
+    if (T* const p = fast_) return *p;
+    return make_slot();
+  }
+
+ private:
+  struct Slot {
+    T value;
+    explicit Slot(T v) : value(std::move(v)) {}
+    ~Slot() { fast_ = nullptr; }
+  };
+  [[gnu::noinline]] static T& make_slot() {
+    thread_local Slot slot(make());
+    fast_ = &slot.value;
+    return slot.value;
+  }
+  static thread_local T* fast_ __attribute__((tls_model("initial-exec")));
+};
+template <typename T, T (*make)()>
+thread_local T* ThreadLocal<T, make>::fast_ __attribute__((tls_model("initial-exec"))) = nullptr;
+
+// The calling thread's identity, unique among running threads: the address of a thread-local
+// byte (initial-exec: no call). A thread started after another ended may get the ended one's, as
+// with pthread_self() (invariant 11).
+thread_local char t_identity __attribute__((tls_model("initial-exec"))) = 0;
+inline std::uintptr_t this_thread_identity() noexcept {
+  return reinterpret_cast<std::uintptr_t>(&t_identity);
+}
 
 // Events of each device's primary context, reused across registrations (invariant 3): made once,
 // never destroyed (the primary contexts stay retained), shared by every engine.
@@ -159,20 +193,41 @@ CUevent make_event(const Loaded& l, int device) {
   return e;
 }
 
+std::vector<ThreadCache<CUevent>> no_event_caches() { return {}; }
+
+// A registering thread refills its cache of a device's events this many at a time: each refill
+// takes the pool's mutex and lines the watcher wrote when it gave them back.
+constexpr std::size_t kEventBatch = 64;
+
 // This thread's caches of pooled events, by device ordinal.
-[[gnu::noinline]] std::vector<ThreadCache<CUevent>>& thread_events() {
-  thread_local std::vector<ThreadCache<CUevent>> mine;
-  return mine;
+std::vector<ThreadCache<CUevent>>& thread_events() {
+  return ThreadLocal<std::vector<ThreadCache<CUevent>>, no_event_caches>::get();
 }
 
-CUevent take_event(const Loaded& l, int device) {
-  std::vector<ThreadCache<CUevent>>& mine = thread_events();  // one thread-local lookup
+// take_event() when this thread's cache of `device` is empty or not yet made: refills it from
+// the pool (kEventBatch at a time), else makes an event.
+[[gnu::noinline]] CUevent refill_event(const Loaded& l, int device) {
+  std::vector<ThreadCache<CUevent>>& mine = thread_events();
   if (mine.size() <= static_cast<std::size_t>(device)) {
     mine.resize(static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
   }
   ThreadCache<CUevent>& cache = mine[static_cast<std::size_t>(device)];
   if (cache.pool == nullptr) cache.pool = &event_pool(device);
-  return cache.take([&] { return make_event(l, device); });
+  return cache.take([&] { return make_event(l, device); }, kEventBatch);
+}
+
+// An event of `device`'s pool, from this thread's cache.
+inline CUevent take_event(const Loaded& l, int device) {
+  std::vector<ThreadCache<CUevent>>& mine = thread_events();
+  if (static_cast<std::size_t>(device) < mine.size()) {
+    std::vector<CUevent>& free = mine[static_cast<std::size_t>(device)].free;
+    if (!free.empty()) {
+      const CUevent e = free.back();
+      free.pop_back();
+      return e;
+    }
+  }
+  return refill_event(l, device);
 }
 
 void give_back_events(int device, std::vector<CUevent>& events) noexcept {
@@ -261,10 +316,9 @@ BatchPool<void*>& block_pool() {
   return *pool;
 }
 
-ThreadCache<void*>& thread_blocks() {
-  thread_local ThreadCache<void*> blocks(&block_pool());
-  return blocks;
-}
+ThreadCache<void*> block_cache() { return ThreadCache<void*>(&block_pool()); }
+
+ThreadCache<void*>& thread_blocks() { return ThreadLocal<ThreadCache<void*>, block_cache>::get(); }
 
 }  // namespace
 
@@ -452,7 +506,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       prefetch_for_write(&incoming_);
     }
     const Mark m = mark(s);
-    fill(task, s, static_cast<std::uintptr_t>(::pthread_self()), m);
+    fill(task, s, this_thread_identity(), m);
     if (ring) {
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(task) | kRecordTask, nullptr, nullptr);
     } else {
@@ -517,7 +571,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // Whether this thread's registrations go on the ring: it is the engine's owner (the first
   // thread that registered) and no other thread has registered (invariant 11).
   bool on_ring() noexcept {
-    const auto self = static_cast<std::uintptr_t>(::pthread_self());
+    const std::uintptr_t self = this_thread_identity();
     std::uintptr_t owner = owner_.load(std::memory_order_relaxed);
     if (owner == 0 && owner_.compare_exchange_strong(owner, self, std::memory_order_relaxed)) {
       owner = self;
@@ -573,7 +627,12 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     } else {
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
-    if (const std::uint64_t sleep = sleeps_.current(std::memory_order_relaxed)) wake(sleep);
+    // A sleep the owner woke before is claimed: waking it again would do nothing (invariant 4).
+    const std::uint64_t sleep = sleeps_.current(std::memory_order_relaxed);
+    if (sleep != 0 && sleep != owner_woke_) {
+      owner_woke_ = sleep;
+      wake(sleep);
+    }
   }
 
   // Fills in what the watcher reads of a task: its stream, registering thread and mark.
@@ -589,8 +648,38 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
-  // has the stream write a word or record an event.
+  // has the stream write a word or record an event. The common case here, with nothing of the
+  // rare cases' in its frame: a pooled event recorded on a stream of a primary or green context.
   Mark mark(const StreamRef& s) {
+    if (memory_ || s.is_special() || s.context_kind() == ContextKind::created) return mark_any(s);
+    const Loaded& l = loaded();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult checked = l.api.cuStreamIsCapturing(s.handle(), &status);
+    if (checked != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      refuse(s, checked, status);
+    }
+    Mark m;
+    m.event = take_event(l, s.device_id());
+    m.pooled = true;
+    const CUresult recorded = l.api.cuEventRecord(m.event, s.handle());
+    if (recorded != CUDA_SUCCESS) record_failed(s, m, recorded);
+    return m;
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void refuse(const StreamRef& s, CUresult r,
+                                                            CUstreamCaptureStatus status) {
+    if (r != CUDA_SUCCESS) throw_stream_error(r, "cuStreamIsCapturing", s);
+    refuse_capture(s, status);
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void record_failed(const StreamRef& s,
+                                                                   const Mark& m, CUresult r) {
+    release_event(m.event, m.pooled, s.is_special() ? -1 : s.device_id());
+    throw_stream_error(r, "cuEventRecord", s, "registering a completion");
+  }
+
+  // mark() for every stream and mechanism.
+  [[gnu::noinline]] Mark mark_any(const StreamRef& s) {
     const Loaded& l = loaded();
     std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -630,10 +719,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
                                       static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
     }
     r = l.api.cuEventRecord(m.event, s.handle());
-    if (r != CUDA_SUCCESS) {
-      release_event(m.event, m.pooled, device);
-      throw_stream_error(r, "cuEventRecord", s, "registering a completion");
-    }
+    if (r != CUDA_SUCCESS) record_failed(s, m, r);
     return m;
   }
 
@@ -1147,7 +1233,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   std::uint64_t owner_tail_ = 0;  // records written on owner_ring_
   std::uint64_t owner_head_ = 0;  // records taken, as last read
   std::atomic<std::size_t> owner_registered_{0};
-  StreamRef owner_stream_;  // the stream of its last record
+  std::uint64_t owner_woke_ = 0;  // the last watcher sleep the owner woke (claimed by then)
+  StreamRef owner_stream_;        // the stream of its last record
   // The watcher's side.
   alignas(64) Ring* watch_ring_ = nullptr;
   std::uint64_t watch_head_ = 0;

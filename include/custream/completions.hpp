@@ -42,7 +42,7 @@ struct CompletionTask {
   /// Destroys the callable and frees the task, never calling the driver.
   void (*destroy)(CompletionTask* self) noexcept;
   StreamRef view;                 // the stream registered on, for errors
-  std::uintptr_t thread = 0;      // the registering thread (pthread_self)
+  std::uintptr_t thread = 0;      // the registering thread (an identity unique while it runs)
   CUstream stream = nullptr;      // its handle (the watcher's queue)
   int device = -1;                // its device (-1 for a special handle)
   CUevent event = nullptr;        // recorded at registration (the engine's), or
