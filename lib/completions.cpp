@@ -274,15 +274,22 @@ std::uint64_t* make_words(const Loaded& l, int device, std::vector<std::uint64_t
 }
 
 // This thread's cache of words.
-[[gnu::noinline]] ThreadCache<std::uint64_t*>& thread_words() {
-  thread_local ThreadCache<std::uint64_t*> mine;
-  return mine;
+ThreadCache<std::uint64_t*> word_cache() { return ThreadCache<std::uint64_t*>(&word_pool()); }
+
+// take_word() when this thread's cache is empty: refills it from the pool, else makes a page.
+[[gnu::noinline]] std::uint64_t* refill_word(const Loaded& l, int device) {
+  ThreadCache<std::uint64_t*>& mine = ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get();
+  return mine.take([&] { return make_words(l, device, mine.free); });
 }
 
-std::uint64_t* take_word(const Loaded& l, int device) {
-  ThreadCache<std::uint64_t*>& mine = thread_words();  // one thread-local lookup
-  if (mine.pool == nullptr) mine.pool = &word_pool();
-  return mine.take([&] { return make_words(l, device, mine.free); });
+// A free word, from this thread's cache.
+inline std::uint64_t* take_word(const Loaded& l, int device) {
+  std::vector<std::uint64_t*>& free =
+      ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get().free;
+  if (free.empty()) return refill_word(l, device);
+  std::uint64_t* const word = free.back();
+  free.pop_back();
+  return word;
 }
 
 // Whether `device` can have completions written to host memory by the stream: 64-bit stream
@@ -651,19 +658,47 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // has the stream write a word or record an event. The common case here, with nothing of the
   // rare cases' in its frame: a pooled event recorded on a stream of a primary or green context.
   Mark mark(const StreamRef& s) {
-    if (memory_ || s.is_special() || s.context_kind() == ContextKind::created) return mark_any(s);
+    if (s.is_special() || s.context_kind() == ContextKind::created) return mark_any(s);
     const Loaded& l = loaded();
+    const int device = s.device_id();
+    // Written words once the device is known to serve them and has its probe (invariant 9).
+    const bool word = memory_ && words_ready(l, s, device);
+    if (memory_ && !word) return mark_any(s);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const CUresult checked = l.api.cuStreamIsCapturing(s.handle(), &status);
     if (checked != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
       refuse(s, checked, status);
     }
     Mark m;
-    m.event = take_event(l, s.device_id());
+    if (word) {
+      m.word = take_word(l, device);
+      const CUresult written =
+          l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(m.word), 1, 0u);
+      if (written != CUDA_SUCCESS) write_failed(s, m, written);
+      return m;
+    }
+    m.event = take_event(l, device);
     m.pooled = true;
     const CUresult recorded = l.api.cuEventRecord(m.event, s.handle());
     if (recorded != CUDA_SUCCESS) record_failed(s, m, recorded);
     return m;
+  }
+
+  // Whether a registration on `s` (of a primary or green context) writes a word without asking
+  // anything first: a primary-context stream of a device known to serve words, whose probe is
+  // made. Otherwise mark_any() decides (and asks, makes the probe, or uses events).
+  bool words_ready(const Loaded& l, const StreamRef& s, int device) const noexcept {
+    return s.context_kind() == ContextKind::primary && device < l.device_count &&
+           static_cast<std::size_t>(device) < kMaxProbes &&
+           l.devices[static_cast<std::size_t>(device)].memory_writes.load(
+               std::memory_order_relaxed) > 0 &&
+           probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire) != nullptr;
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void write_failed(const StreamRef& s, const Mark& m,
+                                                                  CUresult r) {
+    release_word(m.word);  // nothing was enqueued: it stays 0
+    throw_stream_error(r, "cuStreamWriteValue64", s, "registering a completion");
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void refuse(const StreamRef& s, CUresult r,
@@ -704,10 +739,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         }
         m.word = take_word(l, device);
         r = l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(m.word), 1, 0u);
-        if (r != CUDA_SUCCESS) {
-          release_word(m.word);  // nothing was enqueued: it stays 0
-          throw_stream_error(r, "cuStreamWriteValue64", s, "registering a completion");
-        }
+        if (r != CUDA_SUCCESS) write_failed(s, m, r);
         return m;
       }
       m.event = take_event(l, device);
