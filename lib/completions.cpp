@@ -143,12 +143,13 @@ struct ThreadCache {
 
 // A thread's own T, made by `make()` on the thread's first call and destroyed when the thread
 // ends, reached through an initial-exec TLS pointer: no __tls_get_addr call from the shared
-// library on a registration (invariant 3).
+// library on a registration (invariant 3). nullptr once it is destroyed (a thread-local object
+// made before it, registering from its destructor): callers use the shared pools then.
 template <typename T, T (*make)()>
 class ThreadLocal {
  public:
-  static T& get() {
-    if (T* const p = fast_) return *p;
+  static T* get() {
+    if (T* const p = fast_) return p;
     return make_slot();
   }
 
@@ -156,17 +157,24 @@ class ThreadLocal {
   struct Slot {
     T value;
     explicit Slot(T v) : value(std::move(v)) {}
-    ~Slot() { fast_ = nullptr; }
+    ~Slot() {
+      fast_ = nullptr;
+      closed_ = true;
+    }
   };
-  [[gnu::noinline]] static T& make_slot() {
+  [[gnu::noinline]] static T* make_slot() {
+    if (closed_) return nullptr;
     thread_local Slot slot(make());
     fast_ = &slot.value;
-    return slot.value;
+    return fast_;
   }
   static thread_local T* fast_ __attribute__((tls_model("initial-exec")));
+  static thread_local bool closed_ __attribute__((tls_model("initial-exec")));
 };
 template <typename T, T (*make)()>
 thread_local T* ThreadLocal<T, make>::fast_ __attribute__((tls_model("initial-exec"))) = nullptr;
+template <typename T, T (*make)()>
+thread_local bool ThreadLocal<T, make>::closed_ __attribute__((tls_model("initial-exec"))) = false;
 
 // The calling thread's identity, unique among running threads: the address of a thread-local
 // byte (initial-exec: no call). A thread started after another ended may get the ended one's, as
@@ -199,28 +207,39 @@ std::vector<ThreadCache<CUevent>> no_event_caches() { return {}; }
 // takes the pool's mutex and lines the watcher wrote when it gave them back.
 constexpr std::size_t kEventBatch = 64;
 
-// This thread's caches of pooled events, by device ordinal.
-std::vector<ThreadCache<CUevent>>& thread_events() {
+// This thread's caches of pooled events, by device ordinal (nullptr while the thread ends).
+std::vector<ThreadCache<CUevent>>* thread_events() {
   return ThreadLocal<std::vector<ThreadCache<CUevent>>, no_event_caches>::get();
+}
+
+// An item of `pool` for a thread whose caches are gone (it is ending): one from the pool, else
+// `make()`.
+template <typename T, typename Make>
+T take_uncached(BatchPool<T>& pool, Make&& make) {
+  std::vector<T> one;
+  pool.refill(one, 1);
+  return one.empty() ? make() : one.front();
 }
 
 // take_event() when this thread's cache of `device` is empty or not yet made: refills it from
 // the pool (kEventBatch at a time), else makes an event.
 [[gnu::noinline]] CUevent refill_event(const Loaded& l, int device) {
-  std::vector<ThreadCache<CUevent>>& mine = thread_events();
-  if (mine.size() <= static_cast<std::size_t>(device)) {
-    mine.resize(static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
+  std::vector<ThreadCache<CUevent>>* const mine = thread_events();
+  if (mine == nullptr)
+    return take_uncached(event_pool(device), [&] { return make_event(l, device); });
+  if (mine->size() <= static_cast<std::size_t>(device)) {
+    mine->resize(static_cast<std::size_t>(l.device_count > device ? l.device_count : device + 1));
   }
-  ThreadCache<CUevent>& cache = mine[static_cast<std::size_t>(device)];
+  ThreadCache<CUevent>& cache = (*mine)[static_cast<std::size_t>(device)];
   if (cache.pool == nullptr) cache.pool = &event_pool(device);
   return cache.take([&] { return make_event(l, device); }, kEventBatch);
 }
 
 // An event of `device`'s pool, from this thread's cache.
 inline CUevent take_event(const Loaded& l, int device) {
-  std::vector<ThreadCache<CUevent>>& mine = thread_events();
-  if (static_cast<std::size_t>(device) < mine.size()) {
-    std::vector<CUevent>& free = mine[static_cast<std::size_t>(device)].free;
+  std::vector<ThreadCache<CUevent>>* const mine = thread_events();
+  if (mine != nullptr && static_cast<std::size_t>(device) < mine->size()) {
+    std::vector<CUevent>& free = (*mine)[static_cast<std::size_t>(device)].free;
     if (!free.empty()) {
       const CUevent e = free.back();
       free.pop_back();
@@ -276,19 +295,27 @@ std::uint64_t* make_words(const Loaded& l, int device, std::vector<std::uint64_t
 // This thread's cache of words.
 ThreadCache<std::uint64_t*> word_cache() { return ThreadCache<std::uint64_t*>(&word_pool()); }
 
-// take_word() when this thread's cache is empty: refills it from the pool, else makes a page.
+// take_word() when this thread's cache is empty (or gone): refills it from the pool, else
+// makes a page.
 [[gnu::noinline]] std::uint64_t* refill_word(const Loaded& l, int device) {
-  ThreadCache<std::uint64_t*>& mine = ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get();
-  return mine.take([&] { return make_words(l, device, mine.free); });
+  ThreadCache<std::uint64_t*>* const mine =
+      ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get();
+  if (mine != nullptr) return mine->take([&] { return make_words(l, device, mine->free); });
+  std::vector<std::uint64_t*> rest;
+  word_pool().refill(rest, 1);
+  if (!rest.empty()) return rest.front();
+  std::uint64_t* const word = make_words(l, device, rest);
+  word_pool().give_back(rest, rest.size());
+  return word;
 }
 
 // A free word, from this thread's cache.
 inline std::uint64_t* take_word(const Loaded& l, int device) {
-  std::vector<std::uint64_t*>& free =
-      ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get().free;
-  if (free.empty()) return refill_word(l, device);
-  std::uint64_t* const word = free.back();
-  free.pop_back();
+  ThreadCache<std::uint64_t*>* const mine =
+      ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get();
+  if (mine == nullptr || mine->free.empty()) return refill_word(l, device);
+  std::uint64_t* const word = mine->free.back();
+  mine->free.pop_back();
   return word;
 }
 
@@ -325,12 +352,16 @@ BatchPool<void*>& block_pool() {
 
 ThreadCache<void*> block_cache() { return ThreadCache<void*>(&block_pool()); }
 
-ThreadCache<void*>& thread_blocks() { return ThreadLocal<ThreadCache<void*>, block_cache>::get(); }
+// This thread's cache of task blocks (nullptr while the thread ends).
+ThreadCache<void*>* thread_blocks() { return ThreadLocal<ThreadCache<void*>, block_cache>::get(); }
 
 }  // namespace
 
 void* allocate_task_block() {
-  ThreadCache<void*>& cache = thread_blocks();
+  ThreadCache<void*>* const mine = thread_blocks();
+  if (mine == nullptr)
+    return take_uncached(block_pool(), [] { return ::operator new(kTaskBlock); });
+  ThreadCache<void*>& cache = *mine;
   void* block = cache.take([] { return ::operator new(kTaskBlock); });
   // The next block was last read by the watcher: ask for it now, with intent to write, so that
   // taking it from the watcher's cache overlaps this registration's driver calls (invariant 8).
@@ -342,7 +373,12 @@ void* allocate_task_block() {
 }
 
 void free_task_block(void* block) noexcept {
-  std::vector<void*>& free = thread_blocks().free;
+  ThreadCache<void*>* const mine = thread_blocks();
+  if (mine == nullptr) {
+    block_pool().give_back_one(block);  // out of memory, it leaks
+    return;
+  }
+  std::vector<void*>& free = mine->free;
   try {
     free.push_back(block);
   } catch (...) {
@@ -1277,8 +1313,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   CompletionTask* held_ = nullptr;  // a list taken off the stack that stacked_ had no room for
   bool starved_ = false;            // this pass of the watcher's could not allocate
   // Per device ordinal: an event of its pool, asked for a failed context's error (written
-  // words; invariant 9). Devices past the last slot use events.
-  std::array<std::atomic<CUevent>, kMaxProbes> probes_{};
+  // words; invariant 9). Devices past the last slot use events. On lines of their own: every
+  // word registration reads its device's, and the watcher writes the fields above on every
+  // pass (invariant 12).
+  alignas(64) std::array<std::atomic<CUevent>, kMaxProbes> probes_{};
   int fd_ = -1;
   std::thread thread_;
 };

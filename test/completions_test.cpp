@@ -876,6 +876,49 @@ TEST_CASE("completions: records a watcher out of memory leaves on the ring are n
   CHECK(log.order == expected);
 }
 
+namespace {
+// Registers on `engine` when destroyed: as a thread-local object made before the thread's first
+// registration, after the thread's caches of custream are gone.
+struct RegistersAtExit {
+  Completions* engine = nullptr;
+  const Stream* stream = nullptr;
+  std::atomic<int>* ran = nullptr;
+  std::future<void>* future = nullptr;
+  ~RegistersAtExit() {
+    if (engine == nullptr) return;
+    engine->when_done(*stream, [ran = ran] { ++*ran; });  // a small callable
+    engine->when_done(*stream, [ran = ran, pad = std::array<char, 64>{}] { *ran += 1 + pad[0]; });
+    *future = engine->future(*stream);
+  }
+};
+}  // namespace
+
+TEST_CASE("completions: registrations while a thread ends, after its caches are gone",
+          "[completions][gpu][threads]") {
+  REQUIRE_DRIVER();
+  // A thread-local object's destructor registers after the thread's caches of events, words and
+  // task blocks were destroyed (they were made later, so they go first). Before, the
+  // registrations used the destroyed caches (AddressSanitizer: heap-use-after-free); now they
+  // take from the shared pools directly.
+  Completions engine(with(each_mechanism()));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::atomic<int> ran{0};
+  std::future<void> f;
+  std::thread([&] {
+    thread_local RegistersAtExit at_exit;
+    at_exit.stream = &s;
+    at_exit.ran = &ran;
+    at_exit.future = &f;
+    at_exit.engine = &engine;
+    engine.when_done(s, [&ran] { ++ran; });  // the caches are made now
+    engine.future(s).get();                  // a task block too
+    engine.when_done(s, [&ran, pad = std::array<char, 64>{}] { ran += 1 + pad[0]; });
+  }).join();
+  REQUIRE(f.valid());
+  CHECK(f.wait_for(10s) == std::future_status::ready);
+  CHECK(eventually([&] { return ran.load() == 4; }));
+}
+
 TEST_CASE("completions: a sleeping watcher is woken by every registration", "[completions][gpu]") {
   REQUIRE_DRIVER();
   // The ring's owner publishes without a fence; the watcher, before it sleeps with nothing
