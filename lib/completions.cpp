@@ -132,8 +132,8 @@ struct ThreadCache {
   }
   // An item from the cache, refilled from the pool, else from `make()`.
   template <typename Make>
-  T take(Make&& make, std::size_t batch = BatchPool<T>::kBatch) {
-    if (free.empty()) pool->refill(free, batch);
+  T take(Make&& make) {
+    if (free.empty()) pool->refill(free);
     if (free.empty()) return make();
     const T item = free.back();
     free.pop_back();
@@ -203,10 +203,6 @@ CUevent make_event(const Loaded& l, int device) {
 
 std::vector<ThreadCache<CUevent>> no_event_caches() { return {}; }
 
-// A registering thread refills its cache of a device's events this many at a time: each refill
-// takes the pool's mutex and lines the watcher wrote when it gave them back.
-constexpr std::size_t kEventBatch = 64;
-
 // This thread's caches of pooled events, by device ordinal (nullptr while the thread ends).
 std::vector<ThreadCache<CUevent>>* thread_events() {
   return ThreadLocal<std::vector<ThreadCache<CUevent>>, no_event_caches>::get();
@@ -222,7 +218,7 @@ T take_uncached(BatchPool<T>& pool, Make&& make) {
 }
 
 // take_event() when this thread's cache of `device` is empty or not yet made: refills it from
-// the pool (kEventBatch at a time), else makes an event.
+// the pool, else makes an event.
 [[gnu::noinline]] CUevent refill_event(const Loaded& l, int device) {
   std::vector<ThreadCache<CUevent>>* const mine = thread_events();
   if (mine == nullptr)
@@ -232,7 +228,7 @@ T take_uncached(BatchPool<T>& pool, Make&& make) {
   }
   ThreadCache<CUevent>& cache = (*mine)[static_cast<std::size_t>(device)];
   if (cache.pool == nullptr) cache.pool = &event_pool(device);
-  return cache.take([&] { return make_event(l, device); }, kEventBatch);
+  return cache.take([&] { return make_event(l, device); });
 }
 
 // An event of `device`'s pool, from this thread's cache.

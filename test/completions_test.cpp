@@ -898,7 +898,7 @@ TEST_CASE("completions: registrations while a thread ends, after its caches are 
   REQUIRE_DRIVER();
   // A thread-local object's destructor registers after the thread's caches of events, words and
   // task blocks were destroyed (they were made later, so they go first). Before, the
-  // registrations used the destroyed caches (AddressSanitizer: heap-use-after-free); now they
+  // registrations used the destroyed caches (valgrind: invalid reads); now they
   // take from the shared pools directly.
   Completions engine(with(each_mechanism()));
   const Stream s(Device(0), StreamFlags::non_blocking);
