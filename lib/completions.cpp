@@ -625,7 +625,15 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // Room on the owner's ring for a registration (two records: its stream's, its own), before
   // anything is enqueued: a full ring is followed by a new one. @throws std::bad_alloc.
   void reserve_ring() {
-    if (owner_tail_ + 2 - owner_head_ <= Ring::kRecords) return;
+    if (owner_tail_ + 2 - owner_head_ > Ring::kRecords) grow_ring();
+    // The lines ring_push() writes, which the watcher may have read since the last registration:
+    // asked for now, so that they come back during the driver's calls instead of holding the
+    // store buffer (and the driver's next locked instruction) after them (invariant 11).
+    prefetch_for_write(&owner_ring_->records[owner_tail_ % Ring::kRecords]);
+    prefetch_for_write(&owner_ring_->tail);
+  }
+
+  [[gnu::noinline]] void grow_ring() {
     owner_head_ = owner_ring_->head.load(std::memory_order_acquire);
     if (owner_tail_ + 2 - owner_head_ <= Ring::kRecords) return;
     Ring* next = new Ring;
@@ -693,9 +701,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     if (s.is_special() || s.context_kind() == ContextKind::created) return mark_any(s);
     const Loaded& l = loaded();
     const int device = s.device_id();
-    // Written words once the device is known to serve them and has its probe (invariant 9).
+    // Written words once the device is known to serve them and has its probe (invariant 9);
+    // events where words are known not to be used; mark_any() asks the rest.
     const bool word = memory_ && words_ready(l, s, device);
-    if (memory_ && !word) return mark_any(s);
+    if (memory_ && !word && !events_known(l, s, device)) return mark_any(s);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const CUresult checked = l.api.cuStreamIsCapturing(s.handle(), &status);
     if (checked != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -725,6 +734,16 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
            l.devices[static_cast<std::size_t>(device)].memory_writes.load(
                std::memory_order_relaxed) > 0 &&
            probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire) != nullptr;
+  }
+
+  // Whether a registration on `s` (of a primary or green context) of the written-words
+  // mechanism is known to use a pooled event, as mark_any() decides: a green context's stream,
+  // a device past the probes, or one known not to serve words.
+  static bool events_known(const Loaded& l, const StreamRef& s, int device) noexcept {
+    return s.context_kind() == ContextKind::green || static_cast<std::size_t>(device) >= kMaxProbes ||
+           device >= l.device_count ||
+           l.devices[static_cast<std::size_t>(device)].memory_writes.load(
+               std::memory_order_relaxed) == 0;
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void write_failed(const StreamRef& s, const Mark& m,
@@ -899,16 +918,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         std::reverse(stacked_.begin(), stacked_.end());
       }
     }
-    // The ring's records go before the stack's tasks: while any is left on the ring (out of
-    // memory), the stack's wait too (invariant 11).
+    // The ring's records go before the stack's tasks: while any is left on the ring, or `out`
+    // has no room for the stack's (out of memory), the stack's wait (invariant 11).
     if (!take_ring(out, stacked_.size())) return;
-    try {
-      reserve_more(out, stacked_.size());
-    } catch (const std::bad_alloc&) {
-      starved_ = true;
-      return;
-    }
-    out.insert(out.end(), stacked_.begin(), stacked_.end());
+    out.insert(out.end(), stacked_.begin(), stacked_.end());  // room made by take_ring()
     stacked_.clear();
   }
 
@@ -926,23 +939,24 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // Takes the owner's records: tasks for small callables (made here), tasks it made itself, and
   // the stream they are of, leaving room in `out` for `then` more. Watcher only.
-  // True when it took every record the ring held when read.
+  // True when it took every record the ring held when read and made that room.
   bool take_ring(std::vector<CompletionTask*>& out, std::size_t then) {
     for (;;) {
       Ring& ring = *watch_ring_;
       // `next` first: once it is set, the tail read after it is final.
       Ring* const next = ring.next.load(std::memory_order_acquire);
       const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
-      if (tail == watch_head_ && next == nullptr) return true;
-      const auto owner = owner_.load(std::memory_order_relaxed);
-      // Room for every record first, so that the loop below cannot throw; out of memory, the
-      // records stay where they are and are taken on a later pass.
+      // Room for every record and the `then` first, so that nothing below (or the caller's
+      // insert) can throw; out of memory, the records stay where they are and are taken on a
+      // later pass.
       try {
         reserve_more(out, static_cast<std::size_t>(tail - watch_head_) + then);
       } catch (const std::bad_alloc&) {
         starved_ = true;
         return false;
       }
+      if (tail == watch_head_ && next == nullptr) return true;
+      const auto owner = owner_.load(std::memory_order_relaxed);
       for (; watch_head_ != tail; ++watch_head_) {
         RingRecord& r = ring.records[watch_head_ % Ring::kRecords];
         const std::uintptr_t kind = r.head & kRecordKinds;

@@ -386,6 +386,20 @@ TEST_CASE("completion mechanisms make the driver calls they say", "[completions]
       CHECK(calls("cuEventQuery") >= 10);
     }
     count_calls(0);  // (clears the counts)
+    // A green context's stream records one of the device's pooled events with either mechanism
+    // (the probe that tells a failed context's error from a word that was never written is a
+    // primary-context event), and makes none.
+    const custream::Context green =
+        custream::Context::create_green(Device(0).split_sms(1, 1).groups.at(0));
+    const Stream gs(green, StreamFlags::non_blocking);
+    engine.future(gs).get();  // the green context's first: its pool refilled
+    count_calls(1);
+    for (int i = 0; i < 10; ++i) engine.future(gs).get();
+    CHECK(calls("cuStreamIsCapturing") == 10);
+    CHECK(calls("cuEventRecord") == 10);
+    CHECK(calls("cuStreamWriteValue64") == 0);
+    CHECK(calls("cuEventCreate") == 0);
+    count_calls(0);
   }
 }
 
