@@ -19,6 +19,8 @@
 //
 //   ./build/bench/custream-completion-latency [SAMPLES [CSV]]   (default 300; CSV: every
 //   latency sample as "way,us", for bench/plot_latency.py)
+//   ./build/bench/custream-completion-latency --handoff   (throughput and hand-off only: the
+//   rows that compare builds of the registration, in seconds)
 #include <poll.h>
 #include <sched.h>
 #include <time.h>
@@ -471,7 +473,8 @@ void handoff(const custream::Stream& stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int samples = argc > 1 ? std::atoi(argv[1]) : 300;
+  const bool handoff_only = argc > 1 && std::strcmp(argv[1], "--handoff") == 0;
+  const int samples = argc > 1 && !handoff_only ? std::atoi(argv[1]) : 300;
   try {
     const auto& api = custream::testing::driver();
     if (custream::driver_info().library.find("emu") != std::string::npos ||
@@ -490,136 +493,139 @@ int main(int argc, char** argv) {
     custream::Completions words(
         options(CompletionMechanism::memory_write, CompletionDelivery::thread));
     custream::Completions polled(options(CompletionMechanism::event, CompletionDelivery::caller));
-    if (argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
+    if (!handoff_only && argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
       std::fprintf(g_samples, "way,us\n");
     }
-
-    std::printf("latency: a kernel's last store to host-mapped memory -> the notification\n");
-    print_row("Completions::when_done (callback), events",
-              latencies(s, gated, samples,
-                        [&](auto done) { engine.when_done(s, [done] { done(now_ns()); }); }),
-              true);
-    print_row("Completions::when_done (callback), written words",
-              latencies(s, gated, samples,
-                        [&](auto done) { words.when_done(s, [done] { done(now_ns()); }); }),
-              true);
-    print_row("Completions::future (a thread waiting)",
-              latencies(s, gated, samples,
-                        [&](auto done) {
-                          auto f = std::make_shared<std::future<void>>(engine.future(s));
-                          std::thread([f, done] {
-                            f->wait();
-                            done(now_ns());
-                          }).detach();
-                        }),
-              true);
-    print_row(
-        "Completions::future (a thread spinning on wait_for(0))",
-        latencies(s, gated, samples,
-                  [&](auto done) {
-                    auto f = std::make_shared<std::future<void>>(engine.future(s));
-                    std::thread([f, done] {
-                      while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-                      }
-                      done(now_ns());
-                    }).detach();
-                  }),
-        true);
-    print_row("Completions eventfd (a thread in poll)",
-              latencies(s, gated, samples,
-                        [&](auto done) {
-                          polled.when_done(s, [] {});
-                          std::thread([&polled, done] {
-                            pollfd p{polled.eventfd(), POLLIN, 0};
-                            ::poll(&p, 1, 10000);
-                            done(now_ns());
-                            polled.run_ready();
-                          }).detach();
-                        }),
-              true);
-    print_row("cuLaunchHostFunc (the driver's thread)",
-              latencies(s, gated, samples,
-                        [&](auto done) {
-                          auto* d = new std::function<void(double)>(done);
-                          check(api.cuLaunchHostFunc(
-                                    s.handle(),
-                                    [](void* p) {
-                                      auto* f = static_cast<std::function<void(double)>*>(p);
-                                      (*f)(now_ns());
-                                      delete f;
-                                    },
-                                    d),
-                                "cuLaunchHostFunc");
-                        }),
-              true);
     CUevent raw_event = nullptr;
     check(api.cuEventCreate(&raw_event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    print_row("cuEventQuery spinning (raw floor, events)",
-              latencies(s, gated, samples,
-                        [&](auto done) {
-                          check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
-                          std::thread([&api, raw_event, done] {
-                            while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
-                            }
-                            done(now_ns());
-                          }).detach();
-                        }),
-              true);
-    Mapped raw_word(64);
-    std::uint64_t raw_value = 0;
-    print_row("cuStreamWriteValue64, a load spinning (raw floor, words)",
-              latencies(s, gated, samples,
-                        [&](auto done) {
-                          ++raw_value;
-                          check(api.cuStreamWriteValue64(s.handle(), raw_word.device, raw_value, 0),
+    if (!handoff_only) {
+      std::printf("latency: a kernel's last store to host-mapped memory -> the notification\n");
+      print_row("Completions::when_done (callback), events",
+                latencies(s, gated, samples,
+                          [&](auto done) { engine.when_done(s, [done] { done(now_ns()); }); }),
+                true);
+      print_row("Completions::when_done (callback), written words",
+                latencies(s, gated, samples,
+                          [&](auto done) { words.when_done(s, [done] { done(now_ns()); }); }),
+                true);
+      print_row("Completions::future (a thread waiting)",
+                latencies(s, gated, samples,
+                          [&](auto done) {
+                            auto f = std::make_shared<std::future<void>>(engine.future(s));
+                            std::thread([f, done] {
+                              f->wait();
+                              done(now_ns());
+                            }).detach();
+                          }),
+                true);
+      print_row(
+          "Completions::future (a thread spinning on wait_for(0))",
+          latencies(s, gated, samples,
+                    [&](auto done) {
+                      auto f = std::make_shared<std::future<void>>(engine.future(s));
+                      std::thread([f, done] {
+                        while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+                        }
+                        done(now_ns());
+                      }).detach();
+                    }),
+          true);
+      print_row("Completions eventfd (a thread in poll)",
+                latencies(s, gated, samples,
+                          [&](auto done) {
+                            polled.when_done(s, [] {});
+                            std::thread([&polled, done] {
+                              pollfd p{polled.eventfd(), POLLIN, 0};
+                              ::poll(&p, 1, 10000);
+                              done(now_ns());
+                              polled.run_ready();
+                            }).detach();
+                          }),
+                true);
+      print_row("cuLaunchHostFunc (the driver's thread)",
+                latencies(s, gated, samples,
+                          [&](auto done) {
+                            auto* d = new std::function<void(double)>(done);
+                            check(api.cuLaunchHostFunc(
+                                      s.handle(),
+                                      [](void* p) {
+                                        auto* f = static_cast<std::function<void(double)>*>(p);
+                                        (*f)(now_ns());
+                                        delete f;
+                                      },
+                                      d),
+                                  "cuLaunchHostFunc");
+                          }),
+                true);
+      print_row("cuEventQuery spinning (raw floor, events)",
+                latencies(s, gated, samples,
+                          [&](auto done) {
+                            check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
+                            std::thread([&api, raw_event, done] {
+                              while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
+                              }
+                              done(now_ns());
+                            }).detach();
+                          }),
+                true);
+      Mapped raw_word(64);
+      std::uint64_t raw_value = 0;
+      print_row("cuStreamWriteValue64, a load spinning (raw floor, words)",
+                latencies(s, gated, samples,
+                          [&](auto done) {
+                            ++raw_value;
+                            check(
+                                api.cuStreamWriteValue64(s.handle(), raw_word.device, raw_value, 0),
                                 "cuStreamWriteValue64");
-                          std::thread([&raw_word, value = raw_value, done] {
-                            while (__atomic_load_n(static_cast<std::uint64_t*>(raw_word.host),
-                                                   __ATOMIC_ACQUIRE) != value) {
-                            }
-                            done(now_ns());
-                          }).detach();
-                        }),
-              true);
-    if (g_samples != nullptr) std::fclose(g_samples);
+                            std::thread([&raw_word, value = raw_value, done] {
+                              while (__atomic_load_n(static_cast<std::uint64_t*>(raw_word.host),
+                                                     __ATOMIC_ACQUIRE) != value) {
+                              }
+                              done(now_ns());
+                            }).detach();
+                          }),
+                true);
+      if (g_samples != nullptr) std::fclose(g_samples);
 
-    std::printf(
-        "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so that "
-        "only the GPU's time counts\n");
-    Mapped stamps(64), gate_go(64), gate_flag(64);
-    unsigned gate_value = 0;
-    auto gap = [&](const std::function<void()>& between) {
-      std::vector<double> us;
-      for (int i = 0; i < samples; ++i) {
-        ++gate_value;
-        gated.launch(s, {1}, {1}, 0, gate_go.device, gate_flag.device, gate_value);
-        stamp.launch(s, {1}, {1}, 0, stamps.device);
-        between();
-        stamp.launch(s, {1}, {1}, 0, stamps.device + 8);
-        *u32(gate_go.host) = gate_value;
-        s.synchronize();
-        const auto* t = static_cast<volatile unsigned long long*>(stamps.host);
-        us.push_back(static_cast<double>(t[1] - t[0]) / 1000.0);
-      }
-      return us;
-    };
-    print_row("nothing between", gap([] {}));
-    print_row("a completion registration between (events)",
-              gap([&] { engine.when_done(s, [] {}); }));
-    print_row("a completion registration between (written words)",
-              gap([&] { words.when_done(s, [] {}); }));
-    print_row("cuEventRecord between",
-              gap([&] { check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord"); }));
-    print_row("cuStreamWriteValue64 between", gap([&] {
-                check(api.cuStreamWriteValue64(s.handle(), raw_word.device, ++raw_value, 0),
-                      "cuStreamWriteValue64");
-              }));
-    print_row("cuLaunchHostFunc between", gap([&] {
-                check(api.cuLaunchHostFunc(
-                          s.handle(), [](void*) {}, nullptr),
-                      "cuLaunchHostFunc");
-              }));
-    s.synchronize();
+      std::printf(
+          "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so "
+          "that "
+          "only the GPU's time counts\n");
+      Mapped stamps(64), gate_go(64), gate_flag(64);
+      unsigned gate_value = 0;
+      auto gap = [&](const std::function<void()>& between) {
+        std::vector<double> us;
+        for (int i = 0; i < samples; ++i) {
+          ++gate_value;
+          gated.launch(s, {1}, {1}, 0, gate_go.device, gate_flag.device, gate_value);
+          stamp.launch(s, {1}, {1}, 0, stamps.device);
+          between();
+          stamp.launch(s, {1}, {1}, 0, stamps.device + 8);
+          *u32(gate_go.host) = gate_value;
+          s.synchronize();
+          const auto* t = static_cast<volatile unsigned long long*>(stamps.host);
+          us.push_back(static_cast<double>(t[1] - t[0]) / 1000.0);
+        }
+        return us;
+      };
+      print_row("nothing between", gap([] {}));
+      print_row("a completion registration between (events)",
+                gap([&] { engine.when_done(s, [] {}); }));
+      print_row("a completion registration between (written words)",
+                gap([&] { words.when_done(s, [] {}); }));
+      print_row("cuEventRecord between",
+                gap([&] { check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord"); }));
+      print_row("cuStreamWriteValue64 between", gap([&] {
+                  check(api.cuStreamWriteValue64(s.handle(), raw_word.device, ++raw_value, 0),
+                        "cuStreamWriteValue64");
+                }));
+      print_row("cuLaunchHostFunc between", gap([&] {
+                  check(api.cuLaunchHostFunc(
+                            s.handle(), [](void*) {}, nullptr),
+                        "cuLaunchHostFunc");
+                }));
+      s.synchronize();
+    }  // !handoff_only
 
     // Throughput: 8 threads, 8 streams, each callback once; then the raw calls.
     constexpr int kThreads = 8;
@@ -657,6 +663,10 @@ int main(int argc, char** argv) {
     }
 
     handoff(s);
+    if (handoff_only) {
+      api.cuEventDestroy(raw_event);
+      return 0;
+    }
 
     // Idle: nothing pending for 10 s.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin budget

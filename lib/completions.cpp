@@ -28,6 +28,7 @@
 #include "driver.hpp"
 #include "error.hpp"
 #include "host_function.hpp"
+#include "task_queue.hpp"
 #include "watcher_sleeps.hpp"
 
 namespace custream {
@@ -404,36 +405,6 @@ void run_task(CompletionTask* task, CUresult result) noexcept {
   task->destroy(task);
 }
 
-// A FIFO of tasks held by the watcher, outside the tasks' memory: the watcher only reads a task
-// until it runs it, so that the registering thread that reuses the block finds it unshared
-// (invariant 8).
-struct TaskQueue {
-  std::deque<CompletionTask*> tasks;
-  // Registrations of more than one thread are queued: their push order need not be their
-  // order in the stream (invariant 2). Cleared when the queue empties.
-  bool mixed = false;
-  Clock::time_point head_since;  // when the present head became the head (invariant 9)
-  CompletionTask* head() const noexcept { return tasks.front(); }
-  CompletionTask* tail() const noexcept { return tasks.back(); }
-  void push(CompletionTask* t, Clock::time_point now) {
-    if (tasks.empty()) {
-      head_since = now;
-    } else if (tasks.back()->thread != t->thread) {
-      mixed = true;
-    }
-    tasks.push_back(t);
-  }
-  CompletionTask* pop(Clock::time_point now) noexcept {
-    CompletionTask* t = tasks.front();
-    tasks.pop_front();
-    head_since = now;
-    if (tasks.empty()) mixed = false;
-    return t;
-  }
-  bool empty() const noexcept { return tasks.empty(); }
-  std::size_t size() const noexcept { return tasks.size(); }
-};
-
 bool is_special(CUstream s) noexcept {
   return reinterpret_cast<std::uintptr_t>(s) <=
          reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
@@ -740,8 +711,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // mechanism is known to use a pooled event, as mark_any() decides: a green context's stream,
   // a device past the probes, or one known not to serve words.
   static bool events_known(const Loaded& l, const StreamRef& s, int device) noexcept {
-    return s.context_kind() == ContextKind::green || static_cast<std::size_t>(device) >= kMaxProbes ||
-           device >= l.device_count ||
+    return s.context_kind() == ContextKind::green ||
+           static_cast<std::size_t>(device) >= kMaxProbes || device >= l.device_count ||
            l.devices[static_cast<std::size_t>(device)].memory_writes.load(
                std::memory_order_relaxed) == 0;
   }
@@ -1051,33 +1022,48 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return api.cuEventQuery(t->event);
   }
 
-  // Completes what the stream of `q` (keyed `key`) reached; true when anything was.
+  // Completes what the stream of `q` (keyed `key`) reached; true when anything was. Sets
+  // `fresh` when it left an event unqueried because the watcher took it less than kFresh ago.
   bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned,
-            Clock::time_point now) {
+            Clock::time_point now, bool& fresh) {
     bool progress = false;
     if (q.empty()) return false;  // its first task could not be queued (out of memory)
+    // Events are queried only once the watcher took them kFresh ago (invariant 2): the oldest
+    // `ripe` tasks may be asked. Words are loads, read whenever.
+    std::size_t ripe = q.ripe(now);
     if (q.head()->word == nullptr) {
+      if (ripe == 0) {
+        fresh = true;
+        return false;
+      }
       // An event's query is a driver call that the enqueueing threads feel: the oldest first,
       // since a pending oldest means nothing later is done (one query).
       const CUresult r = api.cuEventQuery(q.head()->event);
       if (r == CUDA_ERROR_NOT_READY || !complete(q, r, returned, now)) return false;
       progress = true;
-      // Then the newest (invariant 2): when it is done, every registration queued before it
-      // is, provided their push order is their order in the stream: all of one thread's, on a
-      // stream that is not a special handle (whose key is shared by streams that are not
-      // ordered together).
-      if (q.size() > 1 && !q.mixed && !is_special(key) &&
-          api.cuEventQuery(q.tail()->event) == CUDA_SUCCESS) {
-        while (!q.empty() && complete(q, CUDA_SUCCESS, returned, now)) {
+      --ripe;
+      // Then the newest that is ripe (invariant 2): when it is done, every registration queued
+      // before it is, provided their push order is their order in the stream: all of one
+      // thread's, on a stream that is not a special handle (whose key is shared by streams
+      // that are not ordered together).
+      if (ripe > 1 && !q.mixed && !is_special(key) && q.at(ripe - 1)->word == nullptr &&
+          api.cuEventQuery(q.at(ripe - 1)->event) == CUDA_SUCCESS) {
+        for (; ripe > 0 && complete(q, CUDA_SUCCESS, returned, now); --ripe) {
         }
         return true;
       }
     }
-    // One by one from the oldest (a word is a load: each is read, none taken for another).
+    // One by one from the oldest (a word is a load: each is read, none taken for another), an
+    // event only once it is ripe.
     while (!q.empty()) {
+      if (q.head()->word == nullptr && ripe == 0) {
+        fresh = true;
+        break;
+      }
       const CUresult r = reached(api, q.head());
       if (r == CUDA_ERROR_NOT_READY || !complete(q, r, returned, now)) break;
       progress = true;
+      if (ripe > 0) --ripe;  // the ripe ones are the oldest
     }
     return progress;
   }
@@ -1170,7 +1156,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(queued));
       bool progress = false;
       const DriverApi& api = loaded().api;
-      for (auto& [key, q] : queues) progress = poll(api, key, q, returned, now) || progress;
+      bool fresh = false;  // an event left unqueried: taken less than kFresh ago
+      for (auto& [key, q] : queues) {
+        progress = poll(api, key, q, returned, now, fresh) || progress;
+      }
       // At most once per `spin`, whatever completes elsewhere (invariant 9).
       if (memory_ && now - last_probe >= options_.spin) {
         try {
@@ -1191,7 +1180,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         passes_without_taking = kTakeEvery;  // the next pass takes what came meanwhile
         continue;
       }
-      if (now - last_progress < options_.spin) {
+      // Spinning for `spin` after the last completion, and while an event waits to ripen
+      // (whatever `spin`: a backoff would hold a registration the driver may have done).
+      if (fresh || now - last_progress < options_.spin) {
         // Between passes a pause without driver calls, so that the queries leave the driver to
         // the threads that enqueue.
         const Clock::time_point until = now + options_.poll_interval;
