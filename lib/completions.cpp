@@ -298,12 +298,12 @@ ThreadCache<std::uint64_t*> word_cache() { return ThreadCache<std::uint64_t*>(&w
   ThreadCache<std::uint64_t*>* const mine =
       ThreadLocal<ThreadCache<std::uint64_t*>, word_cache>::get();
   if (mine != nullptr) return mine->take([&] { return make_words(l, device, mine->free); });
-  std::vector<std::uint64_t*> rest;
-  word_pool().refill(rest, 1);
-  if (!rest.empty()) return rest.front();
-  std::uint64_t* const word = make_words(l, device, rest);
-  word_pool().give_back(rest, rest.size());
-  return word;
+  return take_uncached(word_pool(), [&] {  // the rest of a new page goes to the pool
+    std::vector<std::uint64_t*> rest;
+    std::uint64_t* const word = make_words(l, device, rest);
+    word_pool().give_back(rest, rest.size());
+    return word;
+  });
 }
 
 // A free word, from this thread's cache.
@@ -666,23 +666,22 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
-  // has the stream write a word or record an event. The common case here, with nothing of the
-  // rare cases' in its frame: a pooled event recorded on a stream of a primary or green context.
+  // has the stream write a word or record an event. The common cases here, with nothing of the
+  // rare cases' in its frame: a pooled event or a word, on a stream of a primary or green
+  // context, where known_mark() knows which.
   Mark mark(const StreamRef& s) {
     if (s.is_special() || s.context_kind() == ContextKind::created) return mark_any(s);
     const Loaded& l = loaded();
     const int device = s.device_id();
-    // Written words once the device is known to serve them and has its probe (invariant 9);
-    // events where words are known not to be used; mark_any() asks the rest.
-    const bool word = memory_ && words_ready(l, s, device);
-    if (memory_ && !word && !events_known(l, s, device)) return mark_any(s);
+    const KnownMark known = known_mark(l, s, device);
+    if (known == KnownMark::unknown) return mark_any(s);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const CUresult checked = l.api.cuStreamIsCapturing(s.handle(), &status);
     if (checked != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
       refuse(s, checked, status);
     }
     Mark m;
-    if (word) {
+    if (known == KnownMark::word) {
       m.word = take_word(l, device);
       const CUresult written =
           l.api.cuStreamWriteValue64(s.handle(), reinterpret_cast<CUdeviceptr>(m.word), 1, 0u);
@@ -696,25 +695,25 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return m;
   }
 
-  // Whether a registration on `s` (of a primary or green context) writes a word without asking
-  // anything first: a primary-context stream of a device known to serve words, whose probe is
-  // made. Otherwise mark_any() decides (and asks, makes the probe, or uses events).
-  bool words_ready(const Loaded& l, const StreamRef& s, int device) const noexcept {
-    return s.context_kind() == ContextKind::primary && device < l.device_count &&
-           static_cast<std::size_t>(device) < kMaxProbes &&
-           l.devices[static_cast<std::size_t>(device)].memory_writes.load(
-               std::memory_order_relaxed) > 0 &&
-           probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire) != nullptr;
-  }
-
-  // Whether a registration on `s` (of a primary or green context) of the written-words
-  // mechanism is known to use a pooled event, as mark_any() decides: a green context's stream,
-  // a device past the probes, or one known not to serve words.
-  static bool events_known(const Loaded& l, const StreamRef& s, int device) noexcept {
-    return s.context_kind() == ContextKind::green ||
-           static_cast<std::size_t>(device) >= kMaxProbes || device >= l.device_count ||
-           l.devices[static_cast<std::size_t>(device)].memory_writes.load(
-               std::memory_order_relaxed) == 0;
+  // What a registration on `s` (of a primary or green context) marks the stream with, as
+  // mark_any() decides, where that is known without asking anything: a word once the device is
+  // known to serve words and its probe is made (invariant 9); an event with the event
+  // mechanism, on a green context's stream, or on a device past the probes or known not to
+  // serve words. Otherwise unknown: mark_any() asks, makes the probe, and decides.
+  enum class KnownMark { event, word, unknown };
+  KnownMark known_mark(const Loaded& l, const StreamRef& s, int device) const noexcept {
+    if (!memory_ || s.context_kind() == ContextKind::green ||
+        static_cast<std::size_t>(device) >= kMaxProbes || device >= l.device_count) {
+      return KnownMark::event;
+    }
+    const signed char writes =
+        l.devices[static_cast<std::size_t>(device)].memory_writes.load(std::memory_order_relaxed);
+    if (writes == 0) return KnownMark::event;
+    if (writes < 0 ||
+        probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire) == nullptr) {
+      return KnownMark::unknown;
+    }
+    return KnownMark::word;
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void write_failed(const StreamRef& s, const Mark& m,
