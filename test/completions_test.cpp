@@ -406,6 +406,24 @@ TEST_CASE("completion mechanisms make the driver calls they say", "[completions]
 }
 
 namespace {
+// Swaps entries of custream's driver table (the driver's, loaded on the heap) for one test, and
+// restores them when it ends, also when a check throws. Made before the engines that call them
+// start their watchers, and destroyed after those end.
+class TableSwap {
+ public:
+  TableSwap() : saved_(table()) {}
+  ~TableSwap() { table() = saved_; }
+  TableSwap(const TableSwap&) = delete;
+  TableSwap& operator=(const TableSwap&) = delete;
+  static custream::detail::DriverApi& table() {
+    return const_cast<custream::detail::DriverApi&>(custream::detail::api());
+  }
+  const custream::detail::DriverApi& saved() const { return saved_; }
+
+ private:
+  custream::detail::DriverApi saved_;
+};
+
 // Wrappers of the driver's record and write, put in custream's table for one test: on the
 // thread that sets t_delay_after_enqueue, the call returns only after 300 ms, so that the
 // registration it belongs to is pushed after a later one of another thread.
@@ -440,15 +458,16 @@ TEST_CASE("completions: registrations pushed in another order than the stream's 
   // with written words, gave B's word back while the stream was still to write it). A runs
   // after B: callbacks on one stream are delivered in push order.
   const CompletionMechanism mechanism = each_mechanism();
+  // The wrappers delay only the thread that asks; swapped before the engine's watcher starts,
+  // restored after it ends.
+  const TableSwap swap;
+  g_real_record = swap.saved().cuEventRecord;
+  g_real_write = swap.saved().cuStreamWriteValue64;
+  TableSwap::table().cuEventRecord = &delayed_record;
+  TableSwap::table().cuStreamWriteValue64 = &delayed_write;
   Completions engine(with(mechanism));
   const Stream s(Device(0), StreamFlags::non_blocking);
   engine.future(s).get();  // pools and the device's support ready
-  // custream's table is the driver's, loaded on the heap: swapped here, restored below.
-  auto& table = const_cast<custream::detail::DriverApi&>(custream::detail::api());
-  g_real_record = table.cuEventRecord;
-  g_real_write = table.cuStreamWriteValue64;
-  table.cuEventRecord = &delayed_record;
-  table.cuStreamWriteValue64 = &delayed_write;
   g_delayed_enqueued = false;
   std::atomic<bool> b_gate_open{false};
   std::atomic<int> c_ran{0}, a_ran{0}, b_ran{0}, b_early{0};
@@ -480,31 +499,11 @@ TEST_CASE("completions: registrations pushed in another order than the stream's 
     b_gate_open = true;
     CHECK(eventually([&] { return second_left.load(); }));
   }
-  table.cuEventRecord = g_real_record;
-  table.cuStreamWriteValue64 = g_real_write;
   CHECK(eventually([&] { return b_ran.load() == 1 && a_ran.load() == 1; }));
   CHECK(b_early.load() == 0);
 }
 
 namespace {
-// Swaps entries of custream's driver table (the driver's, loaded on the heap) for one test, and
-// restores them when it ends, also when a check throws. Made before the engines that call them
-// start their watchers, and destroyed after those end.
-class TableSwap {
- public:
-  TableSwap() : saved_(table()) {}
-  ~TableSwap() { table() = saved_; }
-  TableSwap(const TableSwap&) = delete;
-  TableSwap& operator=(const TableSwap&) = delete;
-  static custream::detail::DriverApi& table() {
-    return const_cast<custream::detail::DriverApi&>(custream::detail::api());
-  }
-  const custream::detail::DriverApi& saved() const { return saved_; }
-
- private:
-  custream::detail::DriverApi saved_;
-};
-
 // Wrappers of the driver's record and query, for one test: when each event was last recorded,
 // and the shortest time from a record to a query of it.
 std::mutex g_marks_mutex;
