@@ -203,6 +203,41 @@ void raw_throughput(const char* label,
               static_cast<double>(threads_n) * each / seconds);
 }
 
+// Throughput: 8 threads, 8 streams, each callback once (each mechanism); then the raw calls.
+void throughput_rows(custream::Completions& engine, custream::Completions& words) {
+  const auto& api = custream::testing::driver();
+  constexpr int kThreads = 8;
+  const int each = 125000;
+  std::vector<std::unique_ptr<custream::Stream>> streams;
+  for (int i = 0; i < kThreads; ++i) {
+    streams.push_back(std::make_unique<custream::Stream>(custream::Device(0),
+                                                         custream::StreamFlags::non_blocking));
+  }
+  throughput("events", engine, streams, each);
+  throughput("written words", words, streams, each / 4);
+  std::vector<std::vector<CUevent>> events(kThreads, std::vector<CUevent>(1024));
+  for (auto& v : events) {
+    for (CUevent& e : v) check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  raw_throughput("cuStreamIsCapturing + cuEventRecord", streams, each,
+                 [&](CUstream h, int t, int i) {
+                   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+                   api.cuStreamIsCapturing(h, &status);
+                   api.cuEventRecord(events[static_cast<std::size_t>(t)][i % 1024], h);
+                 });
+  for (auto& v : events) {
+    for (CUevent e : v) api.cuEventDestroy(e);
+  }
+  Mapped raw_words(kThreads * 1024 * 8);
+  raw_throughput("cuStreamIsCapturing + cuStreamWriteValue64", streams, each / 4,
+                 [&](CUstream h, int t, int i) {
+                   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+                   api.cuStreamIsCapturing(h, &status);
+                   api.cuStreamWriteValue64(h, raw_words.device + 8 * (t * 1024 + i % 1024), 1, 0);
+                 });
+  for (auto& st : streams) st->synchronize();
+}
+
 // The hand-off rows (see the top): ns per registration-like step on a stream held at a
 // cuStreamWaitValue32 gate, median of 300 batches of 256.
 void handoff(const custream::Stream& stream) {
@@ -493,180 +528,144 @@ int main(int argc, char** argv) {
     custream::Completions words(
         options(CompletionMechanism::memory_write, CompletionDelivery::thread));
     custream::Completions polled(options(CompletionMechanism::event, CompletionDelivery::caller));
-    if (!handoff_only && argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
-      std::fprintf(g_samples, "way,us\n");
-    }
-    CUevent raw_event = nullptr;
-    check(api.cuEventCreate(&raw_event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    if (!handoff_only) {
-      std::printf("latency: a kernel's last store to host-mapped memory -> the notification\n");
-      print_row("Completions::when_done (callback), events",
-                latencies(s, gated, samples,
-                          [&](auto done) { engine.when_done(s, [done] { done(now_ns()); }); }),
-                true);
-      print_row("Completions::when_done (callback), written words",
-                latencies(s, gated, samples,
-                          [&](auto done) { words.when_done(s, [done] { done(now_ns()); }); }),
-                true);
-      print_row("Completions::future (a thread waiting)",
-                latencies(s, gated, samples,
-                          [&](auto done) {
-                            auto f = std::make_shared<std::future<void>>(engine.future(s));
-                            std::thread([f, done] {
-                              f->wait();
-                              done(now_ns());
-                            }).detach();
-                          }),
-                true);
-      print_row(
-          "Completions::future (a thread spinning on wait_for(0))",
-          latencies(s, gated, samples,
-                    [&](auto done) {
-                      auto f = std::make_shared<std::future<void>>(engine.future(s));
-                      std::thread([f, done] {
-                        while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-                        }
-                        done(now_ns());
-                      }).detach();
-                    }),
-          true);
-      print_row("Completions eventfd (a thread in poll)",
-                latencies(s, gated, samples,
-                          [&](auto done) {
-                            polled.when_done(s, [] {});
-                            std::thread([&polled, done] {
-                              pollfd p{polled.eventfd(), POLLIN, 0};
-                              ::poll(&p, 1, 10000);
-                              done(now_ns());
-                              polled.run_ready();
-                            }).detach();
-                          }),
-                true);
-      print_row("cuLaunchHostFunc (the driver's thread)",
-                latencies(s, gated, samples,
-                          [&](auto done) {
-                            auto* d = new std::function<void(double)>(done);
-                            check(api.cuLaunchHostFunc(
-                                      s.handle(),
-                                      [](void* p) {
-                                        auto* f = static_cast<std::function<void(double)>*>(p);
-                                        (*f)(now_ns());
-                                        delete f;
-                                      },
-                                      d),
-                                  "cuLaunchHostFunc");
-                          }),
-                true);
-      print_row("cuEventQuery spinning (raw floor, events)",
-                latencies(s, gated, samples,
-                          [&](auto done) {
-                            check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
-                            std::thread([&api, raw_event, done] {
-                              while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
-                              }
-                              done(now_ns());
-                            }).detach();
-                          }),
-                true);
-      Mapped raw_word(64);
-      std::uint64_t raw_value = 0;
-      print_row("cuStreamWriteValue64, a load spinning (raw floor, words)",
-                latencies(s, gated, samples,
-                          [&](auto done) {
-                            ++raw_value;
-                            check(
-                                api.cuStreamWriteValue64(s.handle(), raw_word.device, raw_value, 0),
-                                "cuStreamWriteValue64");
-                            std::thread([&raw_word, value = raw_value, done] {
-                              while (__atomic_load_n(static_cast<std::uint64_t*>(raw_word.host),
-                                                     __ATOMIC_ACQUIRE) != value) {
-                              }
-                              done(now_ns());
-                            }).detach();
-                          }),
-                true);
-      if (g_samples != nullptr) std::fclose(g_samples);
-
-      std::printf(
-          "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so "
-          "that "
-          "only the GPU's time counts\n");
-      Mapped stamps(64), gate_go(64), gate_flag(64);
-      unsigned gate_value = 0;
-      auto gap = [&](const std::function<void()>& between) {
-        std::vector<double> us;
-        for (int i = 0; i < samples; ++i) {
-          ++gate_value;
-          gated.launch(s, {1}, {1}, 0, gate_go.device, gate_flag.device, gate_value);
-          stamp.launch(s, {1}, {1}, 0, stamps.device);
-          between();
-          stamp.launch(s, {1}, {1}, 0, stamps.device + 8);
-          *u32(gate_go.host) = gate_value;
-          s.synchronize();
-          const auto* t = static_cast<volatile unsigned long long*>(stamps.host);
-          us.push_back(static_cast<double>(t[1] - t[0]) / 1000.0);
-        }
-        return us;
-      };
-      print_row("nothing between", gap([] {}));
-      print_row("a completion registration between (events)",
-                gap([&] { engine.when_done(s, [] {}); }));
-      print_row("a completion registration between (written words)",
-                gap([&] { words.when_done(s, [] {}); }));
-      print_row("cuEventRecord between",
-                gap([&] { check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord"); }));
-      print_row("cuStreamWriteValue64 between", gap([&] {
-                  check(api.cuStreamWriteValue64(s.handle(), raw_word.device, ++raw_value, 0),
-                        "cuStreamWriteValue64");
-                }));
-      print_row("cuLaunchHostFunc between", gap([&] {
-                  check(api.cuLaunchHostFunc(
-                            s.handle(), [](void*) {}, nullptr),
-                        "cuLaunchHostFunc");
-                }));
-      s.synchronize();
-    }  // !handoff_only
-
-    // Throughput: 8 threads, 8 streams, each callback once; then the raw calls.
-    constexpr int kThreads = 8;
-    const int each = 125000;
-    std::vector<std::unique_ptr<custream::Stream>> streams;
-    for (int i = 0; i < kThreads; ++i) {
-      streams.push_back(std::make_unique<custream::Stream>(custream::Device(0),
-                                                           custream::StreamFlags::non_blocking));
-    }
-    throughput("events", engine, streams, each);
-    throughput("written words", words, streams, each / 4);
-    {
-      std::vector<std::vector<CUevent>> events(kThreads, std::vector<CUevent>(1024));
-      for (auto& v : events) {
-        for (CUevent& e : v) check(api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-      }
-      raw_throughput("cuStreamIsCapturing + cuEventRecord", streams, each,
-                     [&](CUstream h, int t, int i) {
-                       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-                       api.cuStreamIsCapturing(h, &status);
-                       api.cuEventRecord(events[static_cast<std::size_t>(t)][i % 1024], h);
-                     });
-      for (auto& v : events) {
-        for (CUevent e : v) api.cuEventDestroy(e);
-      }
-      Mapped raw_words(kThreads * 1024 * 8);
-      raw_throughput("cuStreamIsCapturing + cuStreamWriteValue64", streams, each / 4,
-                     [&](CUstream h, int t, int i) {
-                       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-                       api.cuStreamIsCapturing(h, &status);
-                       api.cuStreamWriteValue64(h, raw_words.device + 8 * (t * 1024 + i % 1024), 1,
-                                                0);
-                     });
-      for (auto& st : streams) st->synchronize();
-    }
-
-    handoff(s);
     if (handoff_only) {
-      api.cuEventDestroy(raw_event);
+      throughput_rows(engine, words);
+      handoff(s);
       return 0;
     }
+    if (argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
+      std::fprintf(g_samples, "way,us\n");
+    }
+
+    std::printf("latency: a kernel's last store to host-mapped memory -> the notification\n");
+    print_row("Completions::when_done (callback), events",
+              latencies(s, gated, samples,
+                        [&](auto done) { engine.when_done(s, [done] { done(now_ns()); }); }),
+              true);
+    print_row("Completions::when_done (callback), written words",
+              latencies(s, gated, samples,
+                        [&](auto done) { words.when_done(s, [done] { done(now_ns()); }); }),
+              true);
+    print_row("Completions::future (a thread waiting)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          auto f = std::make_shared<std::future<void>>(engine.future(s));
+                          std::thread([f, done] {
+                            f->wait();
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    print_row(
+        "Completions::future (a thread spinning on wait_for(0))",
+        latencies(s, gated, samples,
+                  [&](auto done) {
+                    auto f = std::make_shared<std::future<void>>(engine.future(s));
+                    std::thread([f, done] {
+                      while (f->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+                      }
+                      done(now_ns());
+                    }).detach();
+                  }),
+        true);
+    print_row("Completions eventfd (a thread in poll)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          polled.when_done(s, [] {});
+                          std::thread([&polled, done] {
+                            pollfd p{polled.eventfd(), POLLIN, 0};
+                            ::poll(&p, 1, 10000);
+                            done(now_ns());
+                            polled.run_ready();
+                          }).detach();
+                        }),
+              true);
+    print_row("cuLaunchHostFunc (the driver's thread)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          auto* d = new std::function<void(double)>(done);
+                          check(api.cuLaunchHostFunc(
+                                    s.handle(),
+                                    [](void* p) {
+                                      auto* f = static_cast<std::function<void(double)>*>(p);
+                                      (*f)(now_ns());
+                                      delete f;
+                                    },
+                                    d),
+                                "cuLaunchHostFunc");
+                        }),
+              true);
+    CUevent raw_event = nullptr;
+    check(api.cuEventCreate(&raw_event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    print_row("cuEventQuery spinning (raw floor, events)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord");
+                          std::thread([&api, raw_event, done] {
+                            while (api.cuEventQuery(raw_event) == CUDA_ERROR_NOT_READY) {
+                            }
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    Mapped raw_word(64);
+    std::uint64_t raw_value = 0;
+    print_row("cuStreamWriteValue64, a load spinning (raw floor, words)",
+              latencies(s, gated, samples,
+                        [&](auto done) {
+                          ++raw_value;
+                          check(api.cuStreamWriteValue64(s.handle(), raw_word.device, raw_value, 0),
+                                "cuStreamWriteValue64");
+                          std::thread([&raw_word, value = raw_value, done] {
+                            while (__atomic_load_n(static_cast<std::uint64_t*>(raw_word.host),
+                                                   __ATOMIC_ACQUIRE) != value) {
+                            }
+                            done(now_ns());
+                          }).detach();
+                        }),
+              true);
+    if (g_samples != nullptr) std::fclose(g_samples);
+
+    std::printf(
+        "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so that "
+        "only the GPU's time counts\n");
+    Mapped stamps(64), gate_go(64), gate_flag(64);
+    unsigned gate_value = 0;
+    auto gap = [&](const std::function<void()>& between) {
+      std::vector<double> us;
+      for (int i = 0; i < samples; ++i) {
+        ++gate_value;
+        gated.launch(s, {1}, {1}, 0, gate_go.device, gate_flag.device, gate_value);
+        stamp.launch(s, {1}, {1}, 0, stamps.device);
+        between();
+        stamp.launch(s, {1}, {1}, 0, stamps.device + 8);
+        *u32(gate_go.host) = gate_value;
+        s.synchronize();
+        const auto* t = static_cast<volatile unsigned long long*>(stamps.host);
+        us.push_back(static_cast<double>(t[1] - t[0]) / 1000.0);
+      }
+      return us;
+    };
+    print_row("nothing between", gap([] {}));
+    print_row("a completion registration between (events)",
+              gap([&] { engine.when_done(s, [] {}); }));
+    print_row("a completion registration between (written words)",
+              gap([&] { words.when_done(s, [] {}); }));
+    print_row("cuEventRecord between",
+              gap([&] { check(api.cuEventRecord(raw_event, s.handle()), "cuEventRecord"); }));
+    print_row("cuStreamWriteValue64 between", gap([&] {
+                check(api.cuStreamWriteValue64(s.handle(), raw_word.device, ++raw_value, 0),
+                      "cuStreamWriteValue64");
+              }));
+    print_row("cuLaunchHostFunc between", gap([&] {
+                check(api.cuLaunchHostFunc(
+                          s.handle(), [](void*) {}, nullptr),
+                      "cuLaunchHostFunc");
+              }));
+    s.synchronize();
+
+    throughput_rows(engine, words);
+    handoff(s);
 
     // Idle: nothing pending for 10 s.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin budget
