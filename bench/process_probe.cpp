@@ -4,12 +4,15 @@
 // dependent integer chain (ns per step: the core's speed), a pointer chase over 64 MiB (memory
 // latency), a cache line bounced between two threads (ns per round trip), and the raw
 // cuStreamIsCapturing + cuEventRecord on each of 8 streams of device 0 (median ns of batches of
-// 256, a distinct event each, a synchronize between batches). Run it in several processes and
-// compare: a slow process whose every stream is slow points at the process (its memory, its
-// cores), one with slow and fast streams at the streams' channels.
+// 256, a distinct event each, a synchronize between batches), then on the first stream the
+// capture check alone and the record alone, and the CPU the thread ran on. Run it in several
+// processes and compare: a slow process whose every stream is slow points at the process (its
+// memory, its cores), one with slow and fast streams at the streams' channels.
 //
 //   ./build/bench/custream-process-probe      (on the CPU driver emulator: the numbers mean
 //                                              nothing, but it runs)
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -120,13 +123,36 @@ int main() {
         if (round >= kWarm) per_stream[static_cast<std::size_t>(i)].push_back(ns(t1 - t0) / kBatch);
       }
     }
-    std::printf("chain %.3f ns/step  memory %.1f ns/load  ping-pong %.1f ns  record by stream:",
-                chain, memory, trip);
-    for (auto& v : per_stream) {
-      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-      std::printf(" %.0f", v[v.size() / 2]);
+    // On the first stream: the capture check alone, then the record alone.
+    const CUstream first = streams.front().handle();
+    std::vector<double> check_only, record_only;
+    for (int round = 0; round < kRounds; ++round) {
+      auto t0 = Clock::now();
+      for (int j = 0; j < kBatch; ++j) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        api.cuStreamIsCapturing(first, &status);
+      }
+      auto t1 = Clock::now();
+      if (round >= kWarm) check_only.push_back(ns(t1 - t0) / kBatch);
+      t0 = Clock::now();
+      for (int j = 0; j < kBatch; ++j) {
+        api.cuEventRecord(events[k], first);
+        k = (k + 1) % events.size();
+      }
+      t1 = Clock::now();
+      api.cuStreamSynchronize(first);
+      if (round >= kWarm) record_only.push_back(ns(t1 - t0) / kBatch);
     }
-    std::printf(" ns\n");
+    const auto median = [](std::vector<double>& v) {
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    std::printf(
+        "cpu %d  chain %.3f ns/step  memory %.1f ns/load  ping-pong %.1f ns  record by stream:",
+        sched_getcpu(), chain, memory, trip);
+    for (auto& v : per_stream) std::printf(" %.0f", median(v));
+    std::printf(" ns  check alone %.0f  record alone %.0f ns\n", median(check_only),
+                median(record_only));
     for (CUevent e : events) api.cuEventDestroy(e);
     return 0;
   } catch (const std::exception& e) {
