@@ -11,6 +11,8 @@
 //
 //   ./build/bench/custream-process-probe      (on the CPU driver emulator: the numbers mean
 //                                              nothing, but it runs)
+//   ./build/bench/custream-process-probe --phases 10   (slow periods within one process: see
+//                                                       phases() below)
 #include <sched.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <exception>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -85,10 +88,161 @@ double ping_pong_ns() {
   return per;
 }
 
+// ns for a fixed piece of branchy, cache-resident work (lookups in a small open-addressing
+// table with data-dependent branches): the kind of code a driver call runs, without the driver.
+double table_work_ns() {
+  static std::vector<std::uint64_t> table = [] {
+    std::vector<std::uint64_t> t(4096);
+    std::mt19937_64 random(7);
+    for (auto& v : t) v = random() | 1;
+    return t;
+  }();
+  const auto t0 = Clock::now();
+  std::uint64_t key = 88172645463325252ull, found = 0;
+  for (int i = 0; i < 512; ++i) {
+    key ^= key << 13;
+    key ^= key >> 7;
+    key ^= key << 17;
+    std::size_t slot = key & (table.size() - 1);
+    while ((table[slot] & 7) != (key & 7) && (table[slot] & 0x100) == 0) {
+      slot = (slot + 1) & (table.size() - 1);
+    }
+    found += table[slot] >> 9;
+  }
+  g_sink = found;
+  return ns(Clock::now() - t0);
+}
+
+// The stream parked behind a host function that spins until the gate opens, so that the timed
+// enqueues meet neither the GPU draining them nor the driver's host-function thread.
+std::atomic<bool> g_gate_open{true};
+std::atomic<bool> g_gate_entered{false};
+void CUDA_CB gate(void*) {
+  g_gate_entered.store(true, std::memory_order_release);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!g_gate_open.load(std::memory_order_acquire) && Clock::now() < deadline) {
+  }
+}
+
+// --phases SECONDS: whether a process's slow periods are the CPU's, and what custream's
+// registration adds in each. For SECONDS, back to back: the branchy table work, a short
+// dependent chain, then, on a parked stream, 64 raw capture checks + records and 64
+// completion registrations (an empty callback; the two in alternating order), the gate opened
+// and the stream synchronized after each batch. Per 10 ms window the medians; windows whose raw
+// median is 1.3 times the fastest window's or more are "slow". Prints how many windows were
+// slow and how often the state changed, and per state the medians of the raw pair, of what a
+// registration adds to it, of the table work and of the chain: if the table work grows with the
+// raw pair, the CPU itself slowed.
+int phases(double seconds) {
+  custream::Device(0).make_current();
+  const auto& api = custream::testing::driver();
+  const custream::Stream stream(custream::Device(0), custream::StreamFlags::non_blocking);
+  custream::Completions engine;
+  constexpr int kBatch = 64;
+  std::vector<CUevent> events(kBatch);
+  for (CUevent& e : events) {
+    if (api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "custream-process-probe: cuEventCreate failed\n");
+      return 1;
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const auto raw_batch = [&] {
+    const auto t0 = Clock::now();
+    for (CUevent e : events) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      api.cuStreamIsCapturing(stream.handle(), &status);
+      if (status == CU_STREAM_CAPTURE_STATUS_NONE) api.cuEventRecord(e, stream.handle());
+    }
+    return ns(Clock::now() - t0) / kBatch;
+  };
+  const auto ours_batch = [&] {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kBatch; ++i) engine.when_done(stream, [] {});
+    return ns(Clock::now() - t0) / kBatch;
+  };
+  struct Window {
+    double raw, added, work, chain;
+  };
+  std::vector<Window> windows;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  bool raw_first = true;
+  while (Clock::now() < end) {
+    std::vector<double> raw, added, work, chain;
+    const auto window_end = Clock::now() + std::chrono::milliseconds(10);
+    while (Clock::now() < window_end) {
+      work.push_back(table_work_ns());
+      const auto t0 = Clock::now();
+      volatile unsigned long seed = 1;
+      unsigned long x = seed;
+      for (int i = 0; i < 2000; ++i) x = x * 2862933555777941757ul + 3037000493ul;
+      seed = x;
+      chain.push_back(ns(Clock::now() - t0) / 2000);
+      g_gate_open.store(false);
+      g_gate_entered.store(false);
+      if (api.cuLaunchHostFunc(stream.handle(), gate, nullptr) != CUDA_SUCCESS) {
+        std::fprintf(stderr, "custream-process-probe: cuLaunchHostFunc failed\n");
+        return 1;
+      }
+      while (!g_gate_entered.load(std::memory_order_acquire)) {
+      }
+      double r, o;
+      if (raw_first) {
+        r = raw_batch();
+        o = ours_batch();
+      } else {
+        o = ours_batch();
+        r = raw_batch();
+      }
+      raw_first = !raw_first;
+      g_gate_open.store(true, std::memory_order_release);
+      api.cuStreamSynchronize(stream.handle());
+      raw.push_back(r);
+      added.push_back(o - r);
+    }
+    windows.push_back({median(raw), median(added), median(work), median(chain)});
+  }
+  double fastest = windows.front().raw;
+  for (const Window& w : windows) fastest = std::min(fastest, w.raw);
+  std::vector<Window> fast, slow;
+  int changes = 0;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    const bool is_slow = windows[i].raw >= 1.3 * fastest;
+    if (i > 0 && is_slow != (windows[i - 1].raw >= 1.3 * fastest)) ++changes;
+    (is_slow ? slow : fast).push_back(windows[i]);
+  }
+  std::printf("%zu windows of 10 ms: %zu slow, %d changes of state", windows.size(), slow.size(),
+              changes);
+  const auto print = [&](const char* name, const std::vector<Window>& ws) {
+    if (ws.empty()) return;
+    std::vector<double> raw, added, work, chain;
+    for (const Window& w : ws) {
+      raw.push_back(w.raw);
+      added.push_back(w.added);
+      work.push_back(w.work);
+      chain.push_back(w.chain);
+    }
+    std::printf(
+        "  %s: raw check + record %.0f ns, a registration +%.0f ns, table work %.0f ns, "
+        "chain %.3f ns/step",
+        name, median(raw), median(added), median(work), median(chain));
+  };
+  print("fast", fast);
+  print("slow", slow);
+  std::printf("\n");
+  for (CUevent e : events) api.cuEventDestroy(e);
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
+    if (argc == 3 && std::string(argv[1]) == "--phases") return phases(std::stod(argv[2]));
     const double chain = chain_ns();
     const double memory = memory_ns();
     const double trip = ping_pong_ns();
