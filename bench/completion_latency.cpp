@@ -9,6 +9,9 @@
 //               cuStreamWriteValue64, or cuLaunchHostFunc between.
 //   throughput: 8 threads register on 8 streams; notifications per second, every callback once
 //               (each mechanism, and the raw calls it makes).
+//   wake-up:    a registration on work already done, with the watcher asleep (nothing pending),
+//               lingering (CompletionOptions::linger) or spinning (another registration
+//               pending): registration -> callback, and the registering call's duration.
 //   idle:       the watcher's CPU share with nothing pending, over 10 s.
 //   hand-off:   what a registration's parts cost the enqueueing thread, with raw code: the
 //               capture check and a record alone; with another thread spinning (nothing
@@ -21,6 +24,7 @@
 //   latency sample as "way,us", for bench/plot_latency.py)
 //   ./build/bench/custream-completion-latency --handoff   (throughput and hand-off only: the
 //   rows that compare builds of the registration, in seconds)
+//   ./build/bench/custream-completion-latency --wake      (the wake-up rows only)
 #include <poll.h>
 #include <sched.h>
 #include <time.h>
@@ -505,11 +509,55 @@ void handoff(const custream::Stream& stream) {
   for (CUevent e : events) api.cuEventDestroy(e);
 }
 
+// Wake-up: a registration on work that is already done, after nothing was pending for 3 ms (the
+// watcher asleep, unless it lingers) or while another registration is pending behind a gate on
+// another stream (the watcher spinning). Per way: registration -> callback, and how long the
+// registering call took.
+void wake_rows(custream::Completions& engine, const char* mechanism, const custream::Stream& s,
+               int samples) {
+  const auto& api = custream::testing::driver();
+  const custream::Stream held(custream::Device(0), custream::StreamFlags::non_blocking);
+  Mapped gate(64);
+  for (const bool awake : {false, true}) {
+    std::vector<double> told_us, call_us;
+    for (int i = 0; i < samples; ++i) {
+      if (awake) {
+        *u32(gate.host) = 0;
+        check(api.cuStreamWaitValue32(held.handle(), gate.device, 1, CU_STREAM_WAIT_VALUE_GEQ),
+              "cuStreamWaitValue32");
+        engine.when_done(held, [] {});
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // it spins on that one
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));  // nothing pending: it sleeps
+      }
+      std::atomic<double> told{0};
+      const double t0 = now_ns();
+      engine.when_done(s, [&told] { told.store(now_ns()); });
+      const double t1 = now_ns();
+      while (told.load() == 0) {
+      }
+      told_us.push_back((told.load() - t0) / 1000.0);
+      call_us.push_back((t1 - t0) / 1000.0);
+      if (awake) {
+        *u32(gate.host) = 1;
+        held.synchronize();
+      }
+      while (engine.pending() != 0) {
+      }
+    }
+    const std::string way =
+        std::string(mechanism) + (awake ? ", another pending" : ", nothing pending for 3 ms");
+    print_row((way + ": registration -> callback").c_str(), told_us);
+    print_row((way + ": the registering call").c_str(), call_us);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool handoff_only = argc > 1 && std::strcmp(argv[1], "--handoff") == 0;
-  const int samples = argc > 1 && !handoff_only ? std::atoi(argv[1]) : 300;
+  const bool wake_only = argc > 1 && std::strcmp(argv[1], "--wake") == 0;
+  const int samples = argc > 1 && !handoff_only && !wake_only ? std::atoi(argv[1]) : 300;
   try {
     const auto& api = custream::testing::driver();
     if (custream::driver_info().library.find("emu") != std::string::npos ||
@@ -528,9 +576,20 @@ int main(int argc, char** argv) {
     custream::Completions words(
         options(CompletionMechanism::memory_write, CompletionDelivery::thread));
     custream::Completions polled(options(CompletionMechanism::event, CompletionDelivery::caller));
+    custream::CompletionOptions lingering_options =
+        options(CompletionMechanism::event, CompletionDelivery::thread);
+    lingering_options.linger = std::chrono::milliseconds(10);
+    custream::Completions lingering(lingering_options);
     if (handoff_only) {
       throughput_rows(engine, words);
       handoff(s);
+      return 0;
+    }
+    if (wake_only) {
+      std::printf("wake-up: a registration on finished work\n");
+      wake_rows(engine, "events", s, samples);
+      wake_rows(words, "written words", s, samples);
+      wake_rows(lingering, "events, linger 10 ms", s, samples);
       return 0;
     }
     if (argc > 2 && (g_samples = std::fopen(argv[2], "w")) != nullptr) {
@@ -625,6 +684,10 @@ int main(int argc, char** argv) {
                         }),
               true);
     if (g_samples != nullptr) std::fclose(g_samples);
+    std::printf("wake-up: a registration on finished work\n");
+    wake_rows(engine, "events", s, samples);
+    wake_rows(words, "written words", s, samples);
+    wake_rows(lingering, "events, linger 10 ms", s, samples);
 
     std::printf(
         "stall: the gap between two kernels' %%globaltimer stamps, enqueued behind a gate so that "

@@ -1135,10 +1135,17 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       } else {
         ++passes_without_taking;
       }
-      // Nothing pending: sleep until a registration. What waits for memory is retried after the
-      // backoff's timed sleeps instead (invariant 13).
+      // Nothing pending: sleep until a registration, after lingering `linger` past the last
+      // completion, taking registrations without a wake-up call (invariant 4). What waits for
+      // memory is retried after the backoff's timed sleeps instead (invariant 13).
       if (queues.empty() && batch.empty() && !held_back()) {
         if (stop) break;
+        const Clock::time_point idle = Clock::now();
+        if (idle - last_progress < options_.linger) {
+          const Clock::time_point until = idle + options_.poll_interval;
+          while (Clock::now() < until) cpu_relax();
+          continue;
+        }
         sleep(std::nullopt);
         last_progress = Clock::now();
         backoff_us = 0;

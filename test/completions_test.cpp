@@ -613,6 +613,44 @@ TEST_CASE("completions: with no spin, an event that waits to ripen costs no back
   CHECK(sleeps <= kRegistrations + kRegistrations / 4);
 }
 
+TEST_CASE("completions: a registration within `linger` of the last completion wakes no one",
+          "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // With nothing pending the watcher sleeps, and the next registration wakes it with a system
+  // call: microseconds on the registering thread, tens of them before the watcher runs (on an
+  // H200 VM). With `linger` it keeps taking registrations that long after its last completion
+  // instead, and sleeps after.
+  constexpr int kRegistrations = 5;
+  const auto run = [](std::chrono::microseconds linger) {
+    CompletionOptions options = with(CompletionMechanism::event);
+    options.linger = linger;
+    Completions engine(options);
+    const Stream s(Device(0), StreamFlags::non_blocking);
+    engine.future(s).get();
+    const auto before = custream::testing::completion_wakes(engine);
+    for (int i = 0; i < kRegistrations; ++i) {
+      std::this_thread::sleep_for(2ms);  // nothing pending meanwhile
+      engine.future(s).get();
+    }
+    const auto after = custream::testing::completion_wakes(engine);
+    return std::make_pair(after.wakes - before.wakes, after.sleeps - before.sleeps);
+  };
+  const auto [woken, slept] = run(0us);
+  INFO("without linger: " << woken << " wake-up calls, " << slept << " sleeps");
+  CHECK(woken >= 1);  // each registration that found it asleep woke it (all, unless it was late)
+  const auto [woken_lingering, slept_lingering] = run(10s);
+  INFO("lingering: " << woken_lingering << " wake-up calls, " << slept_lingering << " sleeps");
+  CHECK(woken_lingering == 0);  // (its sleeps are the backoff's, while a registration waits)
+  // A short linger ends: the watcher sleeps.
+  CompletionOptions options = with(CompletionMechanism::event);
+  options.linger = 20ms;
+  Completions engine(options);
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const std::size_t sleeps = custream::testing::completion_wakes(engine).sleeps;
+  engine.future(s).get();
+  CHECK(eventually([&] { return custream::testing::completion_wakes(engine).sleeps > sleeps; }));
+}
+
 TEST_CASE("completions: a queue's tasks ripen for queries a microsecond after they were taken",
           "[completions][unit]") {
   // The watcher's queue of one stream (lib/task_queue.hpp): poll() queries only its ripe

@@ -187,6 +187,14 @@ struct CompletionOptions {
   /// fence. false: no such interrupts; that thread makes a full fence per registration instead
   /// (as it does where `membarrier` is unavailable).
   bool process_barrier = true;
+  /// How long the watcher keeps looking for new registrations after its last completion before
+  /// it sleeps (busy, without driver calls, a pass every `poll_interval`). 0, the default: it
+  /// sleeps as soon as nothing is pending, and the next registration wakes it with a system
+  /// call, which costs that registration microseconds and its notification the watcher's
+  /// wake-up (tens of microseconds on a virtual machine; docs/performance.md). A registration
+  /// within `linger` of the last completion is taken without either, at the cost of a core
+  /// kept busy that long after each completion.
+  std::chrono::microseconds linger{0};
 };
 
 /// Tells you when the work enqueued so far on a stream is done, without putting a host node
