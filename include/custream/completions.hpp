@@ -172,10 +172,10 @@ struct CompletionOptions {
   /// How completion is seen.
   CompletionMechanism mechanism = CompletionMechanism::automatic;
   /// How long the watcher spins on pending work without seeing any completion before it backs
-  /// off (to sleeps growing from 50 µs to 1 ms); with nothing pending it sleeps until a
-  /// registration wakes it, using no CPU. An event is first asked a microsecond after the
-  /// watcher took its registration (asking sooner costs the thread that just recorded it); the
-  /// watcher spins through that microsecond whatever `spin`.
+  /// off (to sleeps growing from 50 µs to 1 ms); with nothing pending it sleeps (after
+  /// `linger`) until a registration wakes it, using no CPU. An event is first asked a
+  /// microsecond after the watcher took its registration (asking sooner costs the thread that
+  /// just recorded it); the watcher spins through that microsecond whatever `spin`.
   std::chrono::microseconds spin{2000};
   /// While spinning, how long the watcher waits between two passes over the pending events
   /// that found none complete (busy, without driver calls): longer leaves the driver more to the
