@@ -18,6 +18,7 @@
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/testing.hpp"
+#include "gate.hpp"
 #include "trivial_ptx.hpp"
 
 namespace custream_bench {
@@ -399,34 +400,14 @@ void add_graph_cases(std::vector<Case>& cases) {
   cases.push_back(std::move(graph));
 }
 
-// The stream parked behind a gate (a host function that spins) while a batch is timed: the
-// enqueues are measured without the driver's host-function thread running the callbacks (and
-// waking, and contending for the stream) and without the GPU draining the queue at the same
-// time, which otherwise spreads batch means by ~15 % (docs/performance.md). One gate at a time
-// (one thread runs the cases).
-namespace {
-std::atomic<bool> g_gate_open{true};
-std::atomic<bool> g_gate_entered{false};
-
-void CUDA_CB gate(void*) {
-  g_gate_entered.store(true, std::memory_order_release);
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (!g_gate_open.load(std::memory_order_acquire) && Clock::now() < deadline) {
-  }
-}
-}  // namespace
-
+// The stream parked behind the gate (bench/gate.hpp) while a batch is timed.
 void time_parked(Case& c, CUstream stream) {
-  c.before = [stream] {  // the stream's next host function is the gate, and a thread is in it
-    g_gate_open.store(false);
-    g_gate_entered.store(false);
-    check(custream::testing::driver().cuLaunchHostFunc(stream, gate, nullptr), "cuLaunchHostFunc");
-    while (!g_gate_entered.load(std::memory_order_acquire)) {
-    }
+  c.before = [stream] {  // NOT_READY: the gate's host function did not start within 10 s
+    check(park(stream), "parking the stream behind a host function (cuLaunchHostFunc)");
   };
   c.running_between = synchronize(stream);
   c.between = [sync = c.running_between] {  // open the gate and let the batch run
-    g_gate_open.store(true, std::memory_order_release);
+    open_gate();
     sync();
   };
 }

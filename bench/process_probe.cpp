@@ -28,6 +28,7 @@
 
 #include "custream/custream.hpp"
 #include "custream/testing.hpp"
+#include "gate.hpp"
 
 namespace {
 
@@ -113,17 +114,6 @@ double table_work_ns() {
   return ns(Clock::now() - t0);
 }
 
-// The stream parked behind a host function that spins until the gate opens, so that the timed
-// enqueues meet neither the GPU draining them nor the driver's host-function thread.
-std::atomic<bool> g_gate_open{true};
-std::atomic<bool> g_gate_entered{false};
-void CUDA_CB gate(void*) {
-  g_gate_entered.store(true, std::memory_order_release);
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (!g_gate_open.load(std::memory_order_acquire) && Clock::now() < deadline) {
-  }
-}
-
 // --phases SECONDS: whether a process's slow periods are the CPU's, and what custream's
 // registration adds in each. For SECONDS, back to back: the branchy table work, a short
 // dependent chain, then, on a parked stream, 64 raw capture checks + records and 64
@@ -132,7 +122,10 @@ void CUDA_CB gate(void*) {
 // median is 1.3 times the fastest window's or more are "slow". Prints how many windows were
 // slow and how often the state changed, and per state the medians of the raw pair, of what a
 // registration adds to it, of the table work and of the chain: if the table work grows with the
-// raw pair, the CPU itself slowed.
+// raw pair, the CPU itself slowed. Windows are judged against the run's fastest, so a process
+// slow throughout shows "0 slow": compare the fastest window's pair with a fast process's.
+// Caveats: in the batches where the registrations go first, the watcher queries their events
+// during the raw batch; the gate spins on the driver's host-function thread meanwhile.
 int phases(double seconds) {
   custream::Device(0).make_current();
   const auto& api = custream::testing::driver();
@@ -171,10 +164,11 @@ int phases(double seconds) {
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(seconds));
   bool raw_first = true;
-  while (Clock::now() < end) {
+  const auto start = Clock::now();
+  do {  // a window at least, of one pass at least
     std::vector<double> raw, added, work, chain;
     const auto window_end = Clock::now() + std::chrono::milliseconds(10);
-    while (Clock::now() < window_end) {
+    do {
       work.push_back(table_work_ns());
       const auto t0 = Clock::now();
       volatile unsigned long seed = 1;
@@ -182,13 +176,11 @@ int phases(double seconds) {
       for (int i = 0; i < 2000; ++i) x = x * 2862933555777941757ul + 3037000493ul;
       seed = x;
       chain.push_back(ns(Clock::now() - t0) / 2000);
-      g_gate_open.store(false);
-      g_gate_entered.store(false);
-      if (api.cuLaunchHostFunc(stream.handle(), gate, nullptr) != CUDA_SUCCESS) {
-        std::fprintf(stderr, "custream-process-probe: cuLaunchHostFunc failed\n");
+      if (const CUresult r = custream_bench::park(stream.handle()); r != CUDA_SUCCESS) {
+        std::fprintf(stderr, "custream-process-probe: parking the stream (bench/gate.hpp): %s\n",
+                     r == CUDA_ERROR_NOT_READY ? "its host function did not start in 10 s"
+                                               : "cuLaunchHostFunc failed");
         return 1;
-      }
-      while (!g_gate_entered.load(std::memory_order_acquire)) {
       }
       double r, o;
       if (raw_first) {
@@ -199,13 +191,15 @@ int phases(double seconds) {
         r = raw_batch();
       }
       raw_first = !raw_first;
-      g_gate_open.store(true, std::memory_order_release);
+      custream_bench::open_gate();
       api.cuStreamSynchronize(stream.handle());
       raw.push_back(r);
       added.push_back(o - r);
-    }
+    } while (Clock::now() < window_end);
     windows.push_back({median(raw), median(added), median(work), median(chain)});
-  }
+  } while (Clock::now() < end);
+  const double window_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() /
+                           static_cast<double>(windows.size());
   double fastest = windows.front().raw;
   for (const Window& w : windows) fastest = std::min(fastest, w.raw);
   std::vector<Window> fast, slow;
@@ -215,8 +209,9 @@ int phases(double seconds) {
     if (i > 0 && is_slow != (windows[i - 1].raw >= 1.3 * fastest)) ++changes;
     (is_slow ? slow : fast).push_back(windows[i]);
   }
-  std::printf("%zu windows of 10 ms: %zu slow, %d changes of state", windows.size(), slow.size(),
-              changes);
+  std::printf(
+      "%zu windows of %.1f ms: %zu slow, %d changes of state; the fastest window: raw %.0f ns",
+      windows.size(), window_ms, slow.size(), changes, fastest);
   const auto print = [&](const char* name, const std::vector<Window>& ws) {
     if (ws.empty()) return;
     std::vector<double> raw, added, work, chain;
@@ -227,7 +222,7 @@ int phases(double seconds) {
       chain.push_back(w.chain);
     }
     std::printf(
-        "  %s: raw check + record %.0f ns, a registration +%.0f ns, table work %.0f ns, "
+        "  %s: raw check + record %.0f ns, a registration %+.0f ns, table work %.0f ns, "
         "chain %.3f ns/step",
         name, median(raw), median(added), median(work), median(chain));
   };
@@ -242,7 +237,20 @@ int phases(double seconds) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc == 3 && std::string(argv[1]) == "--phases") return phases(std::stod(argv[2]));
+    if (argc > 1) {
+      std::size_t used = 0;
+      double seconds = 0;
+      try {
+        if (argc == 3 && std::string(argv[1]) == "--phases") seconds = std::stod(argv[2], &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || argv[2][used] != '\0' || !(seconds > 0 && seconds <= 3600)) {
+        std::fprintf(stderr, "usage: custream-process-probe [--phases SECONDS (0 < s <= 3600)]\n");
+        return 2;
+      }
+      return phases(seconds);
+    }
     const double chain = chain_ns();
     const double memory = memory_ns();
     const double trip = ping_pong_ns();
