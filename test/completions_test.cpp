@@ -544,10 +544,11 @@ TEST_CASE("completions: the watcher queries no event within a microsecond of its
   // unqueried for a microsecond after it took it (and so after its record). With the driver's
   // answers this catches the old rule only sometimes (on the H200 its soonest query in one run
   // came 1.001 us after the record; on the emulator 4-500 us either way), so the test runs
-  // twice: with the driver's answers, and with every query answered "done" at once, which sends
-  // the watcher to the newest event on every pass. On the emulator the soonest query then came
-  // 0.44-0.91 us after its record without the rule (4 runs of 4 failed). The queue's rule
-  // itself has a unit test below.
+  // twice: with the driver's answers, and with every query answered "done" at once, a lingering
+  // watcher and paced registrations, so that each registration is the newest when the watcher
+  // takes it. Without the rule that run failed 20 times in 20 on the emulator (2 cores, another
+  // build running beside; its soonest query 0.4-0.8 us after the record); unpaced, with a
+  // sleeping watcher, it failed in 13 of 20. The queue's rule itself has a unit test below.
   const bool done_at_once = GENERATE(false, true);
   g_done_at_once = done_at_once;
   {
@@ -557,25 +558,42 @@ TEST_CASE("completions: the watcher queries no event within a microsecond of its
     g_queries = 0;
   }
   std::atomic<int> ran{0};
-  constexpr int kEach = 3000;
+  // Paced, three times as many: each is a chance to catch a query of the newest event.
+  const int each = done_at_once ? 9000 : 3000;
   {
     const TableSwap swap;
     g_real_record = swap.saved().cuEventRecord;
     g_real_query = swap.saved().cuEventQuery;
     TableSwap::table().cuEventRecord = &timed_record;
     TableSwap::table().cuEventQuery = &timed_query;
-    Completions engine(with(CompletionMechanism::event));
+    CompletionOptions options = with(CompletionMechanism::event);
+    // Answered at once, the watcher lingers between registrations instead of sleeping: it
+    // takes each as it comes, without a wake-up's delay.
+    if (done_at_once) options.linger = 10s;
+    Completions engine(options);
     const Stream s(Device(0), StreamFlags::non_blocking);
     const Stream other(Device(0), StreamFlags::non_blocking);
-    for (int i = 0; i < kEach; ++i) engine.when_done(s, [&ran] { ran++; });  // the owner's ring
-    std::thread([&] {                                                        // the stack
-      for (int i = 0; i < kEach; ++i) engine.when_done(other, [&ran] { ran++; });
+    // Answered "done" at once, registrations tens of microseconds apart: the watcher has taken
+    // the one before, so each is the newest when taken (a thread registering flat out got
+    // ahead of the watcher, and a sleeping watcher woke to a batch: the newest was old then).
+    const auto pace = [done_at_once] {
+      if (done_at_once) std::this_thread::sleep_for(20us);  // leaving the watcher a core
+    };
+    for (int i = 0; i < each; ++i) {  // the owner's ring
+      engine.when_done(s, [&ran] { ran++; });
+      pace();
+    }
+    std::thread([&] {  // the stack
+      for (int i = 0; i < each; ++i) {
+        engine.when_done(other, [&ran] { ran++; });
+        pace();
+      }
     })
         .join();
     REQUIRE(eventually([&] { return engine.pending() == 0; }));
   }
   g_done_at_once = false;
-  CHECK(ran.load() == 2 * kEach);
+  CHECK(ran.load() == 2 * each);
   std::lock_guard<std::mutex> lock(g_marks_mutex);
   const double soonest_us = std::chrono::duration<double, std::micro>(g_soonest_query).count();
   INFO(g_queries << " queries; the soonest " << soonest_us << " us after its record"
