@@ -423,6 +423,13 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
  public:
   explicit CompletionEngine(const CompletionOptions& options)
       : options_(options), memory_(options.mechanism == CompletionMechanism::memory_write) {
+    // Compared with clock differences in nanoseconds: a day at most, so that none overflows
+    // (a negative one is none).
+    constexpr std::chrono::microseconds kDay = std::chrono::hours(24);
+    options_.spin = std::clamp(options_.spin, std::chrono::microseconds(0), kDay);
+    options_.linger = std::clamp(options_.linger, std::chrono::microseconds(0), kDay);
+    options_.poll_interval = std::clamp(options_.poll_interval, std::chrono::nanoseconds(0),
+                                        std::chrono::nanoseconds(kDay));
     auto first_ring = std::make_unique<Ring>();
     owner_ring_ = watch_ring_ = first_ring.get();
     expedited_ = options.process_barrier && expedited_barrier_registered();
@@ -1118,6 +1125,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     Returned returned;
     Clock::time_point last_progress = Clock::now();
     Clock::time_point last_probe = last_progress;
+    // The last completion, where `linger` counts from (none yet: no linger at start).
+    std::optional<Clock::time_point> last_completion;
+    bool lingering = false;  // the last pass found nothing pending and lingered
     long backoff_us = 0;
     int passes_without_taking = 0;
     for (;;) {
@@ -1141,15 +1151,22 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (queues.empty() && batch.empty() && !held_back()) {
         if (stop) break;
         const Clock::time_point idle = Clock::now();
-        if (idle - last_progress < options_.linger) {
+        if (last_completion && idle - *last_completion < options_.linger) {
+          lingering = true;
           const Clock::time_point until = idle + options_.poll_interval;
           while (Clock::now() < until) cpu_relax();
           continue;
         }
+        lingering = false;
         sleep(std::nullopt);
         last_progress = Clock::now();
         backoff_us = 0;
         continue;
+      }
+      if (lingering) {  // taken while lingering: spin on it as if woken by it
+        lingering = false;
+        last_progress = Clock::now();
+        backoff_us = 0;
       }
       Clock::time_point now = Clock::now();
       std::size_t queued = 0;
@@ -1182,6 +1199,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       now = Clock::now();
       if (progress) {
         last_progress = now;
+        last_completion = now;
         backoff_us = 0;
         passes_without_taking = kTakeEvery;  // the next pass takes what came meanwhile
         continue;

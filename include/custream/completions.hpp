@@ -188,12 +188,14 @@ struct CompletionOptions {
   /// (as it does where `membarrier` is unavailable).
   bool process_barrier = true;
   /// How long the watcher keeps looking for new registrations after its last completion before
-  /// it sleeps (busy, without driver calls, a pass every `poll_interval`). 0, the default: it
-  /// sleeps as soon as nothing is pending, and the next registration wakes it with a system
-  /// call, which costs that registration microseconds and its notification the watcher's
-  /// wake-up (tens of microseconds on a virtual machine; docs/performance.md). A registration
-  /// within `linger` of the last completion is taken without either, at the cost of a core
-  /// kept busy that long after each completion.
+  /// it sleeps (busy, without driver calls, a pass every `poll_interval`; not before the first
+  /// completion). 0, the default: it sleeps as soon as nothing is pending, and the next
+  /// registration wakes it with a system call, which costs that registration microseconds and
+  /// its notification the watcher's wake-up (tens of microseconds on a virtual machine;
+  /// docs/performance.md). A registration within `linger` of the last completion is taken
+  /// without either, and spun on for `spin` from then, at the cost of a core kept busy that
+  /// long after each completion; its passes also read the registration stack (when several
+  /// threads register) every time. `spin`, `poll_interval` and `linger` count up to a day.
   std::chrono::microseconds linger{0};
 };
 
