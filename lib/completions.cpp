@@ -1005,6 +1005,12 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return woken;
   }
 
+  // Busy until `poll_interval` after `now`, without driver calls.
+  void pause(Clock::time_point now) const noexcept {
+    const Clock::time_point until = now + options_.poll_interval;
+    while (Clock::now() < until) cpu_relax();
+  }
+
   bool stopping(bool* abandon) {
     std::lock_guard<std::mutex> lock(mutex_);
     *abandon = abandon_;
@@ -1127,7 +1133,6 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     Clock::time_point last_probe = last_progress;
     // The last completion, where `linger` counts from (none yet: no linger at start).
     std::optional<Clock::time_point> last_completion;
-    bool lingering = false;  // the last pass found nothing pending and lingered
     long backoff_us = 0;
     int passes_without_taking = 0;
     for (;;) {
@@ -1152,21 +1157,16 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         if (stop) break;
         const Clock::time_point idle = Clock::now();
         if (last_completion && idle - *last_completion < options_.linger) {
-          lingering = true;
-          const Clock::time_point until = idle + options_.poll_interval;
-          while (Clock::now() < until) cpu_relax();
+          // What this takes is spun on for `spin` from then, as after a wake-up.
+          last_progress = idle;
+          backoff_us = 0;
+          pause(idle);
           continue;
         }
-        lingering = false;
         sleep(std::nullopt);
         last_progress = Clock::now();
         backoff_us = 0;
         continue;
-      }
-      if (lingering) {  // taken while lingering: spin on it as if woken by it
-        lingering = false;
-        last_progress = Clock::now();
-        backoff_us = 0;
       }
       Clock::time_point now = Clock::now();
       std::size_t queued = 0;
@@ -1209,8 +1209,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (fresh || now - last_progress < options_.spin) {
         // Between passes a pause without driver calls, so that the queries leave the driver to
         // the threads that enqueue.
-        const Clock::time_point until = now + options_.poll_interval;
-        while (Clock::now() < until) cpu_relax();
+        pause(now);
         continue;
       }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.

@@ -658,7 +658,7 @@ TEST_CASE("completions: a registration within `linger` of the last completion wa
   CHECK(woken >= 1);  // each registration that found it asleep woke it (all, unless it was late)
   const auto [woken_lingering, slept_lingering] = run(10s);
   INFO("lingering: " << woken_lingering << " wake-up calls, " << slept_lingering << " sleeps");
-  CHECK(woken_lingering == 0);  // (its sleeps are the backoff's, while a registration waits)
+  CHECK(woken_lingering == 0);  // (a sleep here is a backoff, when the work outlasted `spin`)
   const Stream s(Device(0), StreamFlags::non_blocking);
   {  // a short linger ends: the watcher sleeps
     CompletionOptions options = with(CompletionMechanism::event);
