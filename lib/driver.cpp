@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -93,6 +94,26 @@ std::optional<Error> resolve_entries(PFN_cuGetProcAddress_v12000 gpa, const std:
   return failure;
 }
 
+// What to do when libcuda.so.1 cannot be loaded: where CUSTREAM_LIBCUDA was set, that it was
+// used; otherwise how to run on custream's CPU driver emulator, naming the installed one when it
+// is beside this library (<libdir>/custream/libcuda.so.1).
+std::string no_driver_hint(bool from_env) {
+  if (from_env) return " (the library CUSTREAM_LIBCUDA names)";
+  std::string emulator;
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&no_driver_hint), &self) != 0 && self.dli_fname != nullptr) {
+    std::string dir = self.dli_fname;
+    dir.erase(dir.find_last_of('/') + 1);
+    const std::string candidate = dir + "custream/libcuda.so.1";
+    if (!dir.empty() && ::access(candidate.c_str(), R_OK) == 0) emulator = candidate;
+  }
+  return emulator.empty()
+             ? "; without a GPU, set CUSTREAM_LIBCUDA to custream's CPU driver emulator "
+               "(installed as <libdir>/custream/libcuda.so.1; docs/emulator.md)"
+             : "; without a GPU, run on custream's CPU driver emulator: CUSTREAM_LIBCUDA=" +
+                   emulator;
+}
+
 // Builds the Loaded state, or returns why it cannot. Runs under the loader mutex.
 const Loaded* try_load(LoaderState& state) {
   auto loaded = std::make_unique<Loaded>();
@@ -106,9 +127,9 @@ const Loaded* try_load(LoaderState& state) {
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();
-      state.failure =
-          load_failure(CUDA_ERROR_NOT_INITIALIZED,
-                       "no CUDA driver found (" + (why ? std::string(why) : path) + ")");
+      state.failure = load_failure(CUDA_ERROR_NOT_INITIALIZED,
+                                   "no CUDA driver found (" + (why ? std::string(why) : path) +
+                                       ")" + no_driver_hint(env != nullptr && env[0] != '\0'));
       return nullptr;
     }
     // Never dlclose'd (invariant 3).

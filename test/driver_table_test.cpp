@@ -2,6 +2,8 @@
 // (the build fails otherwise), and the driver really hands out that ABI at that version.
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -10,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "custream/custream.hpp"
+#include "custream/detail/host_task.hpp"
 #include "driver.hpp"
 #include "test_support.hpp"
 
@@ -99,5 +103,110 @@ TEST_CASE("the loaded entry points are the ones the table requests", "[gpu][tabl
   if (api.cuCtxGetDevice_v2 != nullptr) {
     CHECK(reinterpret_cast<void*>(api.cuCtxGetDevice_v2) !=
           reinterpret_cast<void*>(api.cuCtxGetDevice));
+  }
+}
+
+// --- The frozen ABI (docs/design/abi.md) --------------------------------------------------
+
+namespace {
+
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+// What the inline hot paths compiled into applications depend on, one line a fact: the driver
+// table's entries in order, the layouts of the handles and internal structs they read, and the
+// constants they were compiled with.
+std::string abi_facts() {
+  using namespace custream;
+  using namespace custream::detail;
+  std::ostringstream out;
+  std::size_t count = 0;
+  const DriverEntry* entries = driver_entries(&count);
+  for (std::size_t i = 0; i < count; ++i) {
+    out << "entry " << i << ' ' << entries[i].field << ' ' << entries[i].symbol << " v"
+        << entries[i].version << (entries[i].required ? " required" : " optional") << '\n';
+  }
+  const auto layout = [&out](auto type, const char* name) {
+    using T = typename decltype(type)::type;
+    out << "layout " << name << " size " << sizeof(T) << " align " << alignof(T) << '\n';
+  };
+  layout(Type<DriverApi>{}, "DriverApi");
+  layout(Type<Loaded>{}, "Loaded");
+  layout(Type<DeviceSlot>{}, "DeviceSlot");
+  layout(Type<HostTask>{}, "HostTask");
+  layout(Type<PoolBlock>{}, "PoolBlock");
+  layout(Type<CompletionTask>{}, "CompletionTask");
+  layout(Type<InlineCallableOps>{}, "InlineCallableOps");
+  layout(Type<CompletionOptions>{}, "CompletionOptions");
+  layout(Type<Completions>{}, "Completions");
+  layout(Type<StreamRef>{}, "StreamRef");
+  layout(Type<Stream>{}, "Stream");
+  layout(Type<ExternalStream>{}, "ExternalStream");
+  layout(Type<Event>{}, "Event");
+  layout(Type<EventOwner>{}, "EventOwner");
+  layout(Type<Graph>{}, "Graph");
+  layout(Type<Module>{}, "Module");
+  layout(Type<Kernel>{}, "Kernel");
+  layout(Type<Library>{}, "Library");
+  layout(Type<LibraryKernel>{}, "LibraryKernel");
+  layout(Type<LaunchConfig>{}, "LaunchConfig");
+  layout(Type<DeviceBuffer>{}, "DeviceBuffer");
+  layout(Type<Context>{}, "Context");
+  layout(Type<Device>{}, "Device");
+  layout(Type<StreamScope>{}, "StreamScope");
+  layout(Type<ContextScope>{}, "ContextScope");
+  layout(Type<DeviceScope>{}, "DeviceScope");
+  layout(Type<CaptureScope>{}, "CaptureScope");
+  // Where the inline paths find the table and the devices (offsetof on a struct with a
+  // std::string member: conditionally supported, and exact with GCC and Clang).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+  out << "offset Loaded.api " << offsetof(Loaded, api) << '\n';
+  out << "offset Loaded.device_count " << offsetof(Loaded, device_count) << '\n';
+  out << "offset Loaded.devices " << offsetof(Loaded, devices) << '\n';
+  out << "offset DeviceSlot.primary " << offsetof(DeviceSlot, primary) << '\n';
+#pragma GCC diagnostic pop
+  out << "constant kPoolBatch " << kPoolBatch << '\n';
+  out << "constant HostTask::kPooledBytes " << HostTask::kPooledBytes << '\n';
+  out << "constant kTaskBlock " << kTaskBlock << '\n';
+  out << "constant kInlineCallable " << kInlineCallable << '\n';
+  return out.str();
+}
+
+}  // namespace
+
+// A change to what the inline code of applications reads is an ABI break: it needs a new
+// soversion (docs/design/abi.md). The facts of each soversion are recorded in
+// test/abi/libcustream.so.<soversion>.txt; this fails when the library's differ from its
+// soversion's record, so that no break ships under an old SONAME unnoticed.
+TEST_CASE("the inline ABI matches the record of this soversion", "[unit][abi]") {
+  const std::string facts = abi_facts();
+  if (const char* path = std::getenv("CUSTREAM_WRITE_ABI_RECORD")) {
+    std::ofstream(path) << facts;
+    WARN("wrote the ABI facts to " << path);
+  }
+  std::ifstream in(CUSTREAM_ABI_RECORD);
+  INFO("record: " CUSTREAM_ABI_RECORD);
+  REQUIRE(in.good());
+  const std::string recorded((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  if (facts != recorded) {
+    std::istringstream a(recorded), b(facts);
+    std::set<std::string> was, is;
+    for (std::string line; std::getline(a, line);) was.insert(line);
+    for (std::string line; std::getline(b, line);) is.insert(line);
+    std::ostringstream diff;
+    for (const auto& line : was)
+      if (is.count(line) == 0) diff << "  - " << line << '\n';
+    for (const auto& line : is)
+      if (was.count(line) == 0) diff << "  + " << line << '\n';
+    FAIL("the ABI that applications' inline code reads changed:\n"
+         << diff.str()
+         << "An ABI break needs the next soversion (bump the minor version in meson.build while "
+            "it is 0.y, docs/design/abi.md) and a record of its own: run this test with "
+            "CUSTREAM_WRITE_ABI_RECORD=test/abi/libcustream.so.<new soversion>.txt. Only a "
+            "soversion never released (CHANGELOG) may have its record rewritten.");
   }
 }

@@ -129,6 +129,22 @@ TEST_CASE("no library: a clear error from every call", "[loader-no-library]") {
   CHECK(contains_text(what, "no CUDA driver found (") == "no CUDA driver found (");
   CHECK(contains_text(what, "cannot open shared object file") == "cannot open shared object file");
   CHECK(contains_text(what, std::getenv("CUSTREAM_LIBCUDA")) == std::getenv("CUSTREAM_LIBCUDA"));
+  const std::string named = "(the library CUSTREAM_LIBCUDA names)";
+  CHECK(contains_text(what, named) == named);
+}
+
+TEST_CASE("no library and none named: the error says how to run on the emulator",
+          "[loader-no-library-unnamed]") {
+  if (void* real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(real);
+    WARN("a libcuda.so.1 is installed here: nothing to check");
+    return;
+  }
+  const std::string what = expect_load_failure(CUDA_ERROR_NOT_INITIALIZED);
+  CHECK(contains_text(what, "no CUDA driver found (libcuda.so.1") ==
+        "no CUDA driver found (libcuda.so.1");
+  const std::string hint = "without a GPU, set CUSTREAM_LIBCUDA to custream's CPU driver emulator";
+  CHECK(contains_text(what, hint) == hint);
 }
 
 TEST_CASE("a library without cuGetProcAddress_v2", "[loader-no-entry-point]") {
