@@ -76,7 +76,8 @@ std::uint64_t take_capture_epoch(StreamRef s) {
 
 void begin_capture(StreamRef s, CaptureMode mode) {
   if (s.handle() == nullptr || s.handle() == CU_STREAM_LEGACY) {  // invariant 2
-    detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture", s,
+    detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "custream::begin_capture",
+                               s,
                                "custream refused it without calling the driver: the null and "
                                "legacy streams cannot be captured; use a created stream or "
                                "Stream::per_thread()");

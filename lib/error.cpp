@@ -24,6 +24,10 @@ std::string description_of(CUresult result) {
   return text ? text : "unknown CUDA error code";
 }
 
+// Whether `call` names custream's own operation ("custream::…", which did not call the driver
+// for what it reports) rather than a driver entry point.
+bool custream_call(const std::string& call) { return call.rfind("custream::", 0) == 0; }
+
 std::string compose(CUresult result, const std::string& call, const std::string& subject,
                     const std::string& detail) {
   if (call.empty()) return detail + " [" + result_name(result) + "]";  // custream's own finding
@@ -111,8 +115,10 @@ void throw_call_error(CUresult result, const char* call, const Subject& subject,
 
 void throw_stream_error(CUresult result, const char* call, const StreamRef& stream,
                         std::string detail) {
-  if (result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
-      result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+  // Only where the driver itself answered so: custream's own refusals invalidate nothing.
+  if ((result == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+       result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) &&
+      !custream_call(call)) {
     detail =
         "the call is not allowed while the stream (or the legacy stream it depends on) "
         "captures; the driver has now invalidated that capture" +

@@ -48,8 +48,8 @@ void refuse_while_capturing(const StreamRef& s, const char* call,
   }
   if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
     throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, subject_text(stream_subject(s)),
-                "custream refused it: the stream is capturing, and the driver would invalidate "
-                "the capture");
+                "custream refused it without calling the driver: the stream is capturing, and "
+                "the driver would refuse the query and invalidate the capture");
   }
 }
 
@@ -136,7 +136,7 @@ int StreamRef::priority() const {
 bool StreamRef::non_blocking() const {
   if (kind_ == Kind::created) return non_blocking_;
   std::optional<ContextScope> scope;
-  detail::refuse_while_capturing(*this, "cuStreamGetFlags", scope);
+  detail::refuse_while_capturing(*this, "custream::StreamRef::non_blocking", scope);
   unsigned flags = 0;
   detail::on<&DriverApi::cuStreamGetFlags>(*this, scope, handle_, &flags);
   return (flags & CU_STREAM_NON_BLOCKING) != 0;
@@ -145,7 +145,7 @@ bool StreamRef::non_blocking() const {
 unsigned long long StreamRef::id() const {
   detail::entry<&DriverApi::cuStreamGetId>(detail::api());  // an older driver: say so first
   std::optional<ContextScope> scope;
-  detail::refuse_while_capturing(*this, "cuStreamGetId", scope);
+  detail::refuse_while_capturing(*this, "custream::StreamRef::id", scope);
   unsigned long long value = 0;
   detail::on<&DriverApi::cuStreamGetId>(*this, scope, handle_, &value);
   return value;

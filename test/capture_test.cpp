@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "custream/capture_scope.hpp"
+#include "custream/completions.hpp"
+#include "custream/external_stream.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/event.hpp"
 #include "custream/graph.hpp"
@@ -58,6 +61,41 @@ TEST_CASE("is_capturing, capture_info and capture_id", "[gpu][graph][capture]") 
   s.begin_capture(custream::CaptureMode::global);
   CHECK(s.is_capturing());
   (void)s.end_capture();
+}
+
+// custream's own refusals say they are custream's and never claim that the driver invalidated
+// a capture: none was invalidated (the capture of a refused future() ends fine afterwards).
+TEST_CASE("custream's refusals name custream's call and say only what happened",
+          "[gpu][graph][capture][errors]") {
+  REQUIRE_DRIVER();
+  custream::Device(0).make_current();
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      CHECK(e.result() == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+      return std::string(e.what());
+    }
+    FAIL("no throw");
+    return std::string();
+  };
+  const std::string null_stream = message([] { Stream::null().begin_capture(); });
+  CHECK(null_stream.rfind("custream::begin_capture(", 0) == 0);
+  CHECK(null_stream.find("invalidated") == std::string::npos);
+  CHECK(null_stream.find("custream refused it without calling the driver") != std::string::npos);
+
+  Stream s(custream::StreamFlags::non_blocking);
+  s.begin_capture();
+  custream::Completions completions;
+  const std::string future = message([&] { (void)completions.future(s); });
+  CHECK(future.find("invalidated") == std::string::npos);
+  const std::string flags = message([&] { (void)custream::ExternalStream(s.handle()).id(); });
+  CHECK(flags.rfind("custream::StreamRef::id(", 0) == 0);
+  CHECK(flags.find("has now invalidated") == std::string::npos);
+  CHECK(s.capture_info().status == CaptureStatus::active);  // nothing invalidated it
+  Graph g = s.end_capture();
+  g.launch(s);
+  s.synchronize();
 }
 
 TEST_CASE("begin_capture refuses the null and legacy streams; per-thread captures",
