@@ -101,7 +101,8 @@ struct Case {
 };
 
 /// How a row came out.
-enum class Verdict { pass, fail, unresolved };
+/// not_judged: a smoke run (--quick), whose few rounds cannot judge a target.
+enum class Verdict { pass, fail, unresolved, not_judged };
 
 /// A finished measurement.
 struct Result {
@@ -323,7 +324,8 @@ inline Result run(const Case& c, const RunLimits& limits = {}) {
   const bool resolved = !limits.judge || std::fabs(r.control - 1) <= kUnresolvedControl;
   // Judged on the paired ratio (drift common to a round cancels), except absolute targets.
   const double ours = c.target.kind == Target::Kind::absolute ? r.ours_ns : r.ratio * r.raw_ns;
-  r.verdict = !resolved                                        ? Verdict::unresolved
+  r.verdict = !limits.judge                                    ? Verdict::not_judged
+              : !resolved                                      ? Verdict::unresolved
               : c.target.holds(r.raw_ns, ours, r.reference_ns) ? Verdict::pass
                                                                : Verdict::fail;
   if (c.note) r.note = c.note(c);

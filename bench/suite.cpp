@@ -192,6 +192,8 @@ const char* verdict_text(const Result& r) {
       return "pass";
     case Verdict::unresolved:
       return "unresolved";
+    case Verdict::not_judged:
+      return "not judged";
     case Verdict::fail:
       break;
   }
