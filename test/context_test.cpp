@@ -3,6 +3,7 @@
 // docs/design/contexts.md.
 #include "custream/context.hpp"
 
+#include <climits>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -619,4 +620,25 @@ TEST_CASE("a green context on device 1 while device 0 is current", "[context][gr
   const Stream primary1(Device(1));
   expect_error([&] { custream::StreamScope scope(primary1); }, CUDA_ERROR_INVALID_DEVICE,
                "belongs to device 1 but device 0 is current");
+}
+
+TEST_CASE("a split asking for more groups than can exist makes as many as fit",
+          "[context][green][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
+  const Device d(0);
+  const unsigned possible = d.sms().split_count(8);
+  REQUIRE(possible >= 1);
+  // The driver's contract is "at most nbGroups": custream asks for no more groups than the
+  // device has SMs (each group has one at least), whatever the caller's count.
+  for (const unsigned huge : {UINT_MAX, UINT_MAX / 2, d.sms().sm_count() + 1}) {
+    INFO("groups " << huge);
+    const custream::SmSplit split = d.split_sms(8, huge);
+    CHECK(split.groups.size() == possible);
+    const custream::SmSplit direct = d.sms().split(8, huge);
+    CHECK(direct.groups.size() == possible);
+    CHECK(split.groups.at(0).sm_count() * possible + split.remaining.sm_count() ==
+          d.sms().sm_count());
+  }
+  CHECK(d.split_sms(8, 1).groups.size() == 1);  // fewer than fit: as many as asked for
 }
