@@ -39,8 +39,7 @@ long long resident_bytes() {
 /// Free device memory of the current context's device: cuMemGetInfo of the driver custream
 /// loaded, or on the emulator 80 GiB less what it models as kept for green contexts.
 long long free_device_bytes() {
-  static void* driver =
-      dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  static void* driver = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
   using MemGetInfo = CUresult (*)(size_t*, size_t*);
   static auto mem_get_info =
       driver ? reinterpret_cast<MemGetInfo>(dlsym(driver, "cuMemGetInfo_v2")) : nullptr;

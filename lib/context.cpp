@@ -133,10 +133,10 @@ GreenCache& green_cache() {
 }
 
 bool same_groups(const std::vector<CUdevResource>& a, const std::vector<CUdevResource>& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](const CUdevResource& x, const CUdevResource& y) {
-           return std::memcmp(&x, &y, sizeof x) == 0;
-         });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](const CUdevResource& x, const CUdevResource& y) {
+                                              return std::memcmp(&x, &y, sizeof x) == 0;
+                                            });
 }
 
 void destroy_kept(const KeptGreen& k) noexcept {
@@ -157,8 +157,9 @@ void trim(GreenCache& cache, int device, std::size_t limit, std::vector<KeptGree
     for (const int d : devices) trim(cache, d, limit, out);
     return;
   }
-  auto count = static_cast<std::size_t>(std::count_if(
-      cache.kept.begin(), cache.kept.end(), [device](const KeptGreen& k) { return k.device == device; }));
+  auto count = static_cast<std::size_t>(
+      std::count_if(cache.kept.begin(), cache.kept.end(),
+                    [device](const KeptGreen& k) { return k.device == device; }));
   for (auto it = cache.kept.begin(); it != cache.kept.end() && count > limit;) {
     if (it->device != device) {
       ++it;
@@ -177,7 +178,7 @@ void trim(GreenCache& cache, int device, std::size_t limit, std::vector<KeptGree
 bool drain(CUgreenCtx green, CUcontext converted, CUcontext previous, bool& is_current) noexcept {
   if (!is_current) {
     if (release_call<&DriverApi::cuCtxSetCurrent>("green context (draining it for reuse)", green,
-                                                   converted) != CUDA_SUCCESS) {
+                                                  converted) != CUDA_SUCCESS) {
       return false;
     }
     is_current = true;
@@ -219,9 +220,8 @@ ContextOwner::~ContextOwner() {
     return;
   }
   CUcontext current = nullptr;
-  const bool known = converted != nullptr &&
-                     release_call<&DriverApi::cuCtxGetCurrent>("green context", green, &current) ==
-                         CUDA_SUCCESS;
+  const bool known = converted != nullptr && release_call<&DriverApi::cuCtxGetCurrent>(
+                                                 "green context", green, &current) == CUDA_SUCCESS;
   bool is_current = known && current == converted;
   // A reusable one is drained (its work done, not current here) and kept (invariant 7); one
   // that cannot be is destroyed.
@@ -330,7 +330,9 @@ detail::KeptGreen take_green(int device, const std::vector<CUdevResource>& group
 }
 }  // namespace
 
-Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+namespace {
+// The driver's descriptions of `sms`: one device's non-empty groups, else Error.
+std::vector<CUdevResource> group_resources(const std::vector<SmResource>& sms) {
   if (sms.empty()) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green", {},
                 "no SM groups given (split them with Device::split_sms)");
@@ -349,6 +351,13 @@ Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reu
     }
     resources.push_back(group.native());
   }
+  return resources;
+}
+}  // namespace
+
+Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+  std::vector<CUdevResource> resources = group_resources(sms);
+  const int device = sms.front().device_id();
   auto owner = std::make_unique<detail::ContextOwner>();  // first: a failure leaks nothing
   owner->device = device;
   owner->reuse = reuse == GreenReuse::cached;

@@ -81,9 +81,10 @@ CUSTREAM_EMBED_API int custream_embed_describe(std::uintptr_t stream, char* out,
 CUSTREAM_EMBED_API int custream_embed_stream_create(int device_id, std::uintptr_t* handle,
                                                     char* error, std::size_t error_size) {
   if (handle == nullptr) {
-    copy_message("custream_embed_stream_create: the handle pointer is null (pass where to store "
-                 "the stream's handle)",
-                 error, error_size);
+    copy_message(
+        "custream_embed_stream_create: the handle pointer is null (pass where to store "
+        "the stream's handle)",
+        error, error_size);
     return -1;
   }
   try {

@@ -13,9 +13,8 @@
 #include <string>
 
 extern "C" {
-int custream_embed_fill(std::uintptr_t stream, int device_id, std::uintptr_t dst,
-                        std::size_t count, std::uint32_t value, int* used_device, char* error,
-                        std::size_t error_size);
+int custream_embed_fill(std::uintptr_t stream, int device_id, std::uintptr_t dst, std::size_t count,
+                        std::uint32_t value, int* used_device, char* error, std::size_t error_size);
 int custream_embed_describe(std::uintptr_t stream, char* out, std::size_t out_size);
 int custream_embed_stream_create(int device_id, std::uintptr_t* handle, char* error,
                                  std::size_t error_size);
