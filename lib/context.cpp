@@ -2,6 +2,8 @@
 // docs/design/contexts.md.
 #include "context.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -105,23 +107,140 @@ using detail::DriverApi;
 
 namespace detail {
 
-ContextOwner::~ContextOwner() {
-  if (green != nullptr) {
-    // The driver leaves a destroyed green context current, a dangling handle that aborts the
-    // process when made current again (measured on the H200): pop it, as cuCtxDestroy pops a
-    // created context (invariant 5).
-    CUcontext current = nullptr;
-    const bool was_current = converted != nullptr &&
-                             release_call<&DriverApi::cuCtxGetCurrent>("green context", green,
-                                                                       &current) == CUDA_SUCCESS &&
-                             current == converted;
-    release_call<&DriverApi::cuGreenCtxDestroy>("green context", green, green);
-    if (was_current) {
-      release_call<&DriverApi::cuCtxSetCurrent>("context (popping it)", converted,
-                                                static_cast<CUcontext>(nullptr));
+namespace {
+
+// --- The green-context cache (invariant 7) ---
+
+/// A green context no Context owns, kept for a create_green of the same SM groups.
+struct KeptGreen {
+  int device = -1;
+  std::vector<CUdevResource> groups;
+  CUgreenCtx green = nullptr;
+  CUcontext converted = nullptr;
+};
+
+/// The kept green contexts of every device, oldest first, at most `limit` per device. Never
+/// destroyed: what it keeps at exit goes with the process, as the primary contexts do.
+struct GreenCache {
+  std::mutex mutex;
+  std::vector<KeptGreen> kept;
+  std::size_t limit = Context::default_green_cache_limit;
+};
+
+GreenCache& green_cache() {
+  static auto* cache = new GreenCache;
+  return *cache;
+}
+
+bool same_groups(const std::vector<CUdevResource>& a, const std::vector<CUdevResource>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](const CUdevResource& x, const CUdevResource& y) {
+                                              return std::memcmp(&x, &y, sizeof x) == 0;
+                                            });
+}
+
+void destroy_kept(const KeptGreen& k) noexcept {
+  release_call<&DriverApi::cuGreenCtxDestroy>("green context (evicted from the cache)", k.green,
+                                              k.green);
+}
+
+// Keeps at most `limit` of `device`'s contexts (of every device, each, when device < 0), moving
+// the oldest beyond it to `out` (lock held).
+void trim(GreenCache& cache, int device, std::size_t limit, std::vector<KeptGreen>& out) {
+  if (device < 0) {
+    std::vector<int> devices;
+    for (const KeptGreen& k : cache.kept) {
+      if (std::find(devices.begin(), devices.end(), k.device) == devices.end()) {
+        devices.push_back(k.device);
+      }
     }
-  } else if (created != nullptr) {
-    release_call<&DriverApi::cuCtxDestroy>("context", created, created);
+    for (const int d : devices) trim(cache, d, limit, out);
+    return;
+  }
+  auto count = static_cast<std::size_t>(
+      std::count_if(cache.kept.begin(), cache.kept.end(),
+                    [device](const KeptGreen& k) { return k.device == device; }));
+  for (auto it = cache.kept.begin(); it != cache.kept.end() && count > limit;) {
+    if (it->device != device) {
+      ++it;
+      continue;
+    }
+    out.push_back(std::move(*it));
+    it = cache.kept.erase(it);
+    --count;
+  }
+}
+
+// Makes the converted context current (unless it is), waits for its work, and leaves
+// `previous` current again (nothing when `previous` was the context itself: it is popped, as a
+// destroyed one is). `is_current` says whether the context is current when this returns.
+// True when all of it succeeded.
+bool drain(CUgreenCtx green, CUcontext converted, CUcontext previous, bool& is_current) noexcept {
+  if (!is_current) {
+    if (release_call<&DriverApi::cuCtxSetCurrent>("green context (draining it for reuse)", green,
+                                                  converted) != CUDA_SUCCESS) {
+      return false;
+    }
+    is_current = true;
+  }
+  const bool done = release_call<&DriverApi::cuCtxSynchronize>(
+                        "green context (draining it for reuse)", green) == CUDA_SUCCESS;
+  const CUcontext after = previous == converted ? nullptr : previous;
+  if (release_call<&DriverApi::cuCtxSetCurrent>("context (restoring it)", after, after) !=
+      CUDA_SUCCESS) {
+    return false;
+  }
+  is_current = false;
+  return done;
+}
+
+// Puts a drained green context in the cache, evicting its device's oldest beyond the limit.
+// False when it could not be kept (no room for the entry).
+bool keep(KeptGreen k) noexcept {
+  std::vector<KeptGreen> evicted;
+  try {
+    evicted.reserve(1);
+    GreenCache& cache = green_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    const int device = k.device;
+    cache.kept.push_back(std::move(k));
+    trim(cache, device, cache.limit, evicted);
+  } catch (...) {  // std::bad_alloc: destroyed instead
+    return false;
+  }
+  for (const KeptGreen& e : evicted) destroy_kept(e);  // outside the lock: it may wait
+  return true;
+}
+
+}  // namespace
+
+ContextOwner::~ContextOwner() {
+  if (green == nullptr) {
+    if (created != nullptr) release_call<&DriverApi::cuCtxDestroy>("context", created, created);
+    return;
+  }
+  CUcontext current = nullptr;
+  const bool known = converted != nullptr && release_call<&DriverApi::cuCtxGetCurrent>(
+                                                 "green context", green, &current) == CUDA_SUCCESS;
+  bool is_current = known && current == converted;
+  // A reusable one is drained (its work done, not current here) and kept (invariant 7); one
+  // that cannot be is destroyed.
+  if (reuse && known && Context::green_cache_limit() > 0 &&
+      drain(green, converted, current, is_current)) {
+    KeptGreen k;
+    k.device = device;
+    k.groups = std::move(groups);
+    k.green = green;
+    k.converted = converted;
+    if (keep(std::move(k))) return;
+  }
+  // The driver leaves a destroyed green context current, a dangling handle that aborts the
+  // process when made current again (measured on the H200): pop it, as cuCtxDestroy pops a
+  // created context (invariant 5).
+  release_call<&DriverApi::cuGreenCtxDestroy>("green context", green, green);
+  if (is_current) {
+    release_call<&DriverApi::cuCtxSetCurrent>("context (popping it)", converted,
+                                              static_cast<CUcontext>(nullptr));
   }
 }
 template struct Refs<ContextOwner>;
@@ -190,11 +309,30 @@ Context Context::create(const Device& device, unsigned flags) {
   return c;
 }
 
-Context Context::create_green(const SmResource& sms) {
-  return create_green(std::vector<SmResource>{sms});
+Context Context::create_green(const SmResource& sms, GreenReuse reuse) {
+  return create_green(std::vector<SmResource>{sms}, reuse);
 }
 
-Context Context::create_green(const std::vector<SmResource>& sms) {
+namespace {
+// A kept green context of `device` with these groups, the newest, taken out of the cache; else
+// an empty KeptGreen. No driver call.
+detail::KeptGreen take_green(int device, const std::vector<CUdevResource>& groups) {
+  detail::GreenCache& cache = detail::green_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  for (auto it = cache.kept.rbegin(); it != cache.kept.rend(); ++it) {
+    if (it->device == device && detail::same_groups(it->groups, groups)) {
+      detail::KeptGreen k = std::move(*it);
+      cache.kept.erase(std::next(it).base());
+      return k;
+    }
+  }
+  return {};
+}
+}  // namespace
+
+namespace {
+// The driver's descriptions of `sms`: one device's non-empty groups, else Error.
+std::vector<CUdevResource> group_resources(const std::vector<SmResource>& sms) {
   if (sms.empty()) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green", {},
                 "no SM groups given (split them with Device::split_sms)");
@@ -213,6 +351,27 @@ Context Context::create_green(const std::vector<SmResource>& sms) {
     }
     resources.push_back(group.native());
   }
+  return resources;
+}
+}  // namespace
+
+Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+  std::vector<CUdevResource> resources = group_resources(sms);
+  const int device = sms.front().device_id();
+  auto owner = std::make_unique<detail::ContextOwner>();  // first: a failure leaks nothing
+  owner->device = device;
+  owner->reuse = reuse == GreenReuse::cached;
+  if (owner->reuse) {
+    detail::KeptGreen kept = take_green(device, resources);
+    if (kept.green != nullptr) {  // drained when it was kept: nothing of its last user's left
+      owner->green = kept.green;
+      owner->converted = kept.converted;
+      owner->groups = std::move(kept.groups);
+      Context c(kept.converted, kept.green, device, ContextKind::green);
+      c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
+      return c;
+    }
+  }
   const detail::Loaded& l = detail::loaded();
   const detail::Subject subject = detail::device_subject(device);
   CUdevResourceDesc desc = nullptr;
@@ -222,20 +381,62 @@ Context Context::create_green(const std::vector<SmResource>& sms) {
     detail::fail<&DriverApi::cuDevResourceGenerateDesc>(
         r, subject, std::to_string(resources.size()) + " SM group(s)");
   }
-  auto owner = std::make_unique<detail::ContextOwner>();
   CUgreenCtx green = nullptr;
   if (CUresult r = detail::try_call<&DriverApi::cuGreenCtxCreate>(
           &green, desc, l.devices[device].device, unsigned{CU_GREEN_CTX_DEFAULT_STREAM});
       r != CUDA_SUCCESS) {
+    owner->reuse = false;
     detail::fail<&DriverApi::cuGreenCtxCreate>(r, subject);
   }
-  owner->green = green;  // destroyed with the owner from here on
+  owner->green = green;  // destroyed (or kept) with the owner from here on
   CUcontext context = nullptr;
-  detail::call<&DriverApi::cuCtxFromGreenCtx>(subject, &context, green);
+  if (CUresult r = detail::try_call<&DriverApi::cuCtxFromGreenCtx>(&context, green);
+      r != CUDA_SUCCESS) {
+    owner->reuse = false;  // not converted: destroyed, never kept
+    detail::fail<&DriverApi::cuCtxFromGreenCtx>(r, subject);
+  }
   owner->converted = context;
+  if (owner->reuse) owner->groups = std::move(resources);
   Context c(context, green, device, ContextKind::green);
   c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
   return c;
+}
+
+std::size_t Context::green_cache_limit() noexcept {
+  detail::GreenCache& cache = detail::green_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.limit;
+}
+
+void Context::set_green_cache_limit(std::size_t per_device) noexcept {
+  std::vector<detail::KeptGreen> evicted;
+  {
+    detail::GreenCache& cache = detail::green_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    cache.limit = per_device;
+    try {
+      detail::trim(cache, -1, per_device, evicted);
+    } catch (...) {  // std::bad_alloc moving one out: the rest stays until the next trim
+    }
+  }
+  for (const detail::KeptGreen& e : evicted) detail::destroy_kept(e);
+}
+
+std::size_t Context::green_cached_count() noexcept {
+  detail::GreenCache& cache = detail::green_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.kept.size();
+}
+
+std::size_t Context::clear_green_cache() noexcept {
+  std::vector<detail::KeptGreen> evicted;
+  {
+    detail::GreenCache& cache = detail::green_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    evicted.swap(cache.kept);
+  }
+  for (const detail::KeptGreen& e : evicted) detail::destroy_kept(e);
+  return evicted.size();
 }
 
 Context Context::wrap(CUcontext context) {

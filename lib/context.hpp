@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <vector>
 
 #include "custream/context_scope.hpp"
 #include "driver.hpp"
@@ -23,12 +24,17 @@ const Context& nonempty(const Context& context, const char* call);
 ContextKind context_kind(const Loaded& l, CUcontext context, int device);
 
 /// The owner of a context custream created: a cuCtxCreate context (`created`) or a green
-/// context (`green`), destroyed with the last reference (docs/design/contexts.md, invariant 5).
+/// context (`green`), destroyed with the last reference, or for a green context made with
+/// GreenReuse::cached, drained and kept in the green-context cache (docs/design/contexts.md,
+/// invariants 5 and 7).
 struct ContextOwner : Counted {
   ~ContextOwner();
   CUcontext created = nullptr;
   CUgreenCtx green = nullptr;
-  CUcontext converted = nullptr;  // a green context's CUcontext (cuCtxFromGreenCtx)
+  CUcontext converted = nullptr;      // a green context's CUcontext (cuCtxFromGreenCtx)
+  std::vector<CUdevResource> groups;  // a reusable green context's SM groups: its cache key
+  int device = -1;
+  bool reuse = false;  // kept in the cache when the last reference goes
 };
 
 }  // namespace custream::detail

@@ -2,6 +2,7 @@
 // contexts. Design: docs/design/contexts.md.
 #include "custream/sm_resource.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "custream/device.hpp"
@@ -61,7 +62,10 @@ SmSplit SmResource::split(unsigned min_count, unsigned groups, bool ignore_cosch
             " SMs are a group or the rest of an earlier split, which the driver cannot split "
             "again; split the device's SMs (Device::sms()) with the sizes needed");
   }
-  unsigned count = groups;
+  // The driver makes at most the groups asked for, and no more than fit; each has one SM at
+  // least, so asking for more than the SM count changes nothing but the array's size (a caller's
+  // UINT_MAX would be gigabytes of CUdevResource).
+  unsigned count = std::min(groups, std::max(sm_count(), 1u));
   if (count == 0) {  // as many as fit: ask how many first
     count = split_count(min_count, ignore_coscheduling);
     if (count == 0) split_failed(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, *this, min_count);

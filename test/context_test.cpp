@@ -3,6 +3,9 @@
 // docs/design/contexts.md.
 #include "custream/context.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -483,7 +486,7 @@ TEST_CASE("a green context: owned, its SMs, streams and inference of its kind",
   CUgreenCtx green = nullptr;
   {
     const custream::SmSplit split = Device(0).split_sms(1, 1);
-    const Context g = Context::create_green(split.groups[0]);
+    const Context g = Context::create_green(split.groups[0], custream::GreenReuse::none);
     green = g.green_handle();
     CHECK(current() == primary);
     CHECK(g.kind() == ContextKind::green);
@@ -514,7 +517,7 @@ TEST_CASE("a green context: owned, its SMs, streams and inference of its kind",
     CHECK(wrapped.green_context() == green);
     CHECK(current() == primary);
   }
-  CHECK(destroyed(green) != kAlive);  // the last user destroyed it
+  CHECK(destroyed(green) != kAlive);  // the last user destroyed it (GreenReuse::none)
   // The SMs left over, and several groups together, make green contexts too.
   const Device d(0);
   const custream::SmSplit quarter = d.split_sms(d.sms().sm_count() / 4, 1);
@@ -619,4 +622,148 @@ TEST_CASE("a green context on device 1 while device 0 is current", "[context][gr
   const Stream primary1(Device(1));
   expect_error([&] { custream::StreamScope scope(primary1); }, CUDA_ERROR_INVALID_DEVICE,
                "belongs to device 1 but device 0 is current");
+}
+
+TEST_CASE("a split asking for more groups than can exist makes as many as fit",
+          "[context][green][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
+  const Device d(0);
+  const unsigned possible = d.sms().split_count(8);
+  REQUIRE(possible >= 1);
+  // The driver's contract is "at most nbGroups": custream asks for no more groups than the
+  // device has SMs (each group has one at least), whatever the caller's count.
+  for (const unsigned huge : {UINT_MAX, UINT_MAX / 2, d.sms().sm_count() + 1}) {
+    INFO("groups " << huge);
+    const custream::SmSplit split = d.split_sms(8, huge);
+    CHECK(split.groups.size() == possible);
+    const custream::SmSplit direct = d.sms().split(8, huge);
+    CHECK(direct.groups.size() == possible);
+    CHECK(split.groups.at(0).sm_count() * possible + split.remaining.sm_count() ==
+          d.sms().sm_count());
+  }
+  CHECK(d.split_sms(8, 1).groups.size() == 1);  // fewer than fit: as many as asked for
+}
+
+namespace {
+// What the emulator says the driver keeps of the green contexts it made (0 on a GPU).
+long green_created() {
+  auto f = custream_test::emu_symbol<decltype(&custream_emu_green_contexts_created)>(
+      "custream_emu_green_contexts_created");
+  return f != nullptr ? f() : 0;
+}
+long long green_bytes() {
+  auto f = custream_test::emu_symbol<decltype(&custream_emu_green_context_bytes)>(
+      "custream_emu_green_context_bytes");
+  return f != nullptr ? f() : 0;
+}
+}  // namespace
+
+TEST_CASE("churning green contexts of the same SM groups keeps the driver's memory flat",
+          "[context][green][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
+  if (!custream_test::emulated()) {
+    CUSTREAM_SKIP("the emulator counts what the driver keeps; on a GPU run custream-green-churn");
+  }
+  const custream::SmSplit split = Device(0).split_sms(8, 2);
+  REQUIRE(split.groups.size() == 2);
+  const long created_before = green_created();
+  const long long bytes_before = green_bytes();
+  for (int i = 0; i < 10000; ++i) {  // a green context per request, two kinds of request
+    const Context g = Context::create_green(split.groups[static_cast<size_t>(i % 2)]);
+    if (i % 1000 == 0) Stream(g).synchronize();
+  }
+  INFO("green contexts the driver made: " << green_created() - created_before);
+  CHECK(green_created() - created_before <= 2);  // one for each set of groups
+  CHECK(green_bytes() - bytes_before <= 2 * (4ll << 20));
+  Context::clear_green_cache();
+}
+
+TEST_CASE("green-context reuse: drained, not current, bounded per device, opt-out",
+          "[context][green][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
+  CHECK(Context::green_cache_limit() == Context::default_green_cache_limit);
+  Context::clear_green_cache();
+  CHECK(Context::green_cached_count() == 0);
+  const long live_before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
+  const custream::SmSplit split = Device(0).split_sms(8);
+  REQUIRE(split.groups.size() >= 4);
+  Device(0).make_current();
+  const CUcontext primary = current();
+  CUgreenCtx first = nullptr;
+  std::atomic<bool> finished{false};
+  {
+    const Context g = Context::create_green(split.groups[0]);
+    first = g.green_handle();
+    const Stream s(g);
+    // Work of the last user still running when it goes: the cache waits for it.
+    custream::launch_host_func(s, [&finished]() noexcept {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      finished = true;
+    });
+    g.make_current();
+  }  // kept, after its work; it was current: popped (nothing current), as a destroyed one is
+  // (The emulator's cuCtxSynchronize skips the work of destroyed streams, which the driver
+  // waits for: there the drain cannot be seen this way.)
+  if (!custream_test::emulated()) CHECK(finished);
+  CHECK(current() == nullptr);
+  CHECK(Context::green_cached_count() == 1);
+  Device(0).make_current();
+  const long created = green_created();
+  {
+    const Context again = Context::create_green(split.groups[0]);  // the same groups
+    CHECK(again.green_handle() == first);
+    CHECK(again.kind() == ContextKind::green);
+    CHECK(again.owned());
+    CHECK(Context::green_cached_count() == 0);  // taken out
+    CHECK(again.sm_count() == split.groups[0].sm_count());
+    const Stream s(again);
+    Event e(again);
+    again.record(e);
+    e.synchronize();
+    s.synchronize();
+    CHECK(current() == primary);
+    const Context other = Context::create_green(split.groups[1]);  // other SMs: not this one
+    CHECK(other.green_handle() != first);
+  }  // both kept; what was current stays
+  CHECK(current() == primary);
+  CHECK(Context::green_cached_count() == 2);
+  if (custream_test::emulated()) CHECK(green_created() == created + 1);  // `other` only
+  {
+    // GreenReuse::none: never a kept one, destroyed by its last user.
+    const Context fresh = Context::create_green(split.groups[0], custream::GreenReuse::none);
+    CHECK(fresh.green_handle() != first);
+    CHECK(Context::green_cached_count() == 2);
+    first = fresh.green_handle();
+  }
+  CHECK(Context::green_cached_count() == 2);
+  CHECK(destroyed(first) != kAlive);
+  // At most the limit per device: the ones kept longest ago are destroyed first.
+  Context::set_green_cache_limit(3);
+  {
+    std::vector<Context> four;
+    for (size_t i = 0; i < 4; ++i) four.push_back(Context::create_green(split.groups[i]));
+    CHECK(Context::green_cached_count() == 0);  // groups 0 and 1 taken again
+    four.clear();  // given back in order 0, 1, 2, 3: 0 is evicted
+  }
+  CHECK(Context::green_cached_count() == 3);
+  const long before_take = green_created();
+  for (size_t i : {1, 2, 3}) (void)Context::create_green(split.groups[i]);  // kept: no new one
+  CHECK(green_created() == before_take);
+  (void)Context::create_green(split.groups[0]);  // evicted: made again (and kept, 1 evicted)
+  if (custream_test::emulated()) CHECK(green_created() == before_take + 1);
+  CHECK(Context::green_cached_count() == 3);
+  Context::set_green_cache_limit(1);  // trims
+  CHECK(Context::green_cached_count() == 1);
+  Context::set_green_cache_limit(0);  // off: the last user destroys
+  CHECK(Context::green_cached_count() == 0);
+  (void)Context::create_green(split.groups[0]);
+  CHECK(Context::green_cached_count() == 0);
+  Context::set_green_cache_limit(Context::default_green_cache_limit);
+  CHECK(Context::clear_green_cache() == 0);
+  if (custream_test::emulated()) {
+    CHECK(custream_test::emu_live_objects() == live_before);  // nothing kept, nothing leaked
+  }
 }

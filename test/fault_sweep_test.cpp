@@ -907,7 +907,9 @@ std::vector<Operation> operations() {
   });
   add("contexts: a green context (split, create, stream, events, capture, record and wait)", [] {
     const custream::SmSplit split = custream::Device(0).split_sms(1, 1);
-    const custream::Context g = custream::Context::create_green(split.groups.at(0));
+    // Destroyed by its last user (reuse: the operation below).
+    const custream::Context g =
+        custream::Context::create_green(split.groups.at(0), custream::GreenReuse::none);
     expect(g.sm_count() == split.groups.at(0).sm_count(), "the green context's SMs");
     Stream s(g);
     const custream::ExternalStream wrapped(s.handle());
@@ -923,6 +925,39 @@ std::vector<Operation> operations() {
     custream::Graph graph = capture.end();
     graph.launch(wrapped);
     s.synchronize();
+  });
+  add("contexts: green contexts kept for reuse (give back while current, take, evict, clear)", [] {
+    // Ends with nothing kept, the default limit and the thread's context, also when a failure
+    // throws midway.
+    struct Restore {
+      CUcontext current = nullptr;
+      Restore() {
+        custream::detail::release_call<&custream::detail::DriverApi::cuCtxGetCurrent>(
+            "context (saving it)", nullptr, &current);
+      }
+      ~Restore() {
+        custream::Context::set_green_cache_limit(custream::Context::default_green_cache_limit);
+        custream::Context::clear_green_cache();
+        custream::detail::release_call<&custream::detail::DriverApi::cuCtxSetCurrent>(
+            "context (restoring it)", current, current);
+      }
+    } restore;
+    custream::Context::set_green_cache_limit(1);
+    const custream::SmSplit split = custream::Device(0).split_sms(8, 2);
+    {
+      const custream::Context g = custream::Context::create_green(split.groups.at(0));
+      Stream s(g);
+      s.launch_host_func([c = Counted{}] {});
+    }  // drained and kept
+    {
+      const custream::Context again = custream::Context::create_green(split.groups.at(0));
+      const custream::Context other = custream::Context::create_green(split.groups.at(1));
+      Stream(again).synchronize();
+    }  // both given back: the limit keeps one, the other is evicted
+    // Last (a failed cuCtxGetCurrent leaves it current, destroyed, until Restore): given back
+    // while current, it is popped.
+    custream::Context::create_green(split.groups.at(0)).make_current();
+    custream::Context::set_green_cache_limit(0);  // evicts the rest
   });
   add("libraries: load (cached and not), kernels by name, launch, globals, attributes", [] {
     const char* const ptx =

@@ -33,7 +33,9 @@ void copy_message(const char* what, char* error, std::size_t error_size) {
 /// of `count` 32-bit words at device address `dst` with `value`, then a host function that
 /// counts its calls (custream_embed_host_calls). `device_id` is the caller's device for the
 /// stream, or -1 to let custream infer it; the device custream uses is stored in
-/// `*used_device`. Returns 0, or -1 with custream's message in `error`.
+/// `*used_device` (unless null). Returns 0, or -1 with custream's message in `error`.
+///
+/// Every entry point takes a null or zero-sized error buffer (the message is then dropped).
 ///
 /// When the stream is capturing (a capture begun by CuPy, say), both become graph nodes, and
 /// the host function runs on every replay of the caller's graph.
@@ -56,9 +58,11 @@ CUSTREAM_EMBED_API int custream_embed_fill(std::uintptr_t stream, int device_id,
 CUSTREAM_EMBED_API unsigned long long custream_embed_host_calls() { return host_calls.load(); }
 
 /// Writes custream's description of the wrapped stream ("<ExternalStream 0x… (device 0)>")
-/// into `out`. Returns 0, or -1 with the error message in `out`.
+/// into `out` (truncated to `out_size` bytes with its terminating null). Returns 0, or -1 with
+/// the error message in `out`; -1 when `out` is null or `out_size` is 0 (nothing to write to).
 CUSTREAM_EMBED_API int custream_embed_describe(std::uintptr_t stream, char* out,
                                                std::size_t out_size) {
+  if (out == nullptr || out_size == 0) return -1;
   try {
     copy_message(custream::ExternalStream(reinterpret_cast<CUstream>(stream)).to_string().c_str(),
                  out, out_size);
@@ -72,9 +76,17 @@ CUSTREAM_EMBED_API int custream_embed_describe(std::uintptr_t stream, char* out,
 /// Makes a custream stream on device `device_id` (non-blocking) and stores its CUstream in
 /// `*handle`, for a library to take as an external stream (CuPy's ExternalStream, PyTorch's
 /// torch.cuda.ExternalStream, cuda.core's `__cuda_stream__` protocol). It lives until
-/// custream_embed_stream_destroy. Returns 0, or -1 with custream's message in `error`.
+/// custream_embed_stream_destroy. Returns 0, or -1 with custream's message in `error` (also
+/// for a null `handle`, before any stream is made).
 CUSTREAM_EMBED_API int custream_embed_stream_create(int device_id, std::uintptr_t* handle,
                                                     char* error, std::size_t error_size) {
+  if (handle == nullptr) {
+    copy_message(
+        "custream_embed_stream_create: the handle pointer is null (pass where to store "
+        "the stream's handle)",
+        error, error_size);
+    return -1;
+  }
   try {
     custream::Stream s(custream::Device(device_id), custream::StreamFlags::non_blocking);
     *handle = reinterpret_cast<std::uintptr_t>(s.handle());

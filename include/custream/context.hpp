@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -26,6 +27,20 @@ enum class ContextKind : std::uint8_t {
 
 /// "primary", "created" or "green".
 const char* to_string(ContextKind kind) noexcept;
+
+/// What becomes of a green context Context::create_green made when its last user goes.
+///
+/// The driver keeps host and device memory for every green context it creates and never gives
+/// it back (about 1.7 MB of host and 4 MiB of device memory a context, measured on an H100 with
+/// driver 580), so a program that makes a green context per request runs out. Reusing one of
+/// the same SM groups costs the driver nothing.
+enum class GreenReuse : std::uint8_t {
+  /// Drained and kept for a later create_green of the same SM groups (the default): see
+  /// Context::create_green for the policy.
+  cached,
+  /// Destroyed (cuGreenCtxDestroy); create_green makes a new one, never taking a kept one.
+  none,
+};
 
 namespace detail {
 /// Shared ownership of a context custream created (cuCtxCreate or cuGreenCtxCreate).
@@ -53,15 +68,45 @@ class Context {
   /// left as it was (the driver pushes the new context; custream pops it).
   /// @throws Error naming the device and flags when the driver refuses.
   static Context create(const Device& device, unsigned flags = 0);
-  /// Creates a green context from SM groups of one device (cuDevResourceGenerateDesc, then
-  /// cuGreenCtxCreate), owned by the returned value; see Device::split_sms(). Needs a driver
-  /// of CUDA 12.4 or newer and a GPU that supports green contexts.
+  /// A green context of SM groups of one device, owned by the returned value; see
+  /// Device::split_sms(). Needs a driver of CUDA 12.4 or newer and a GPU that supports green
+  /// contexts.
+  ///
+  /// With GreenReuse::cached (the default), a green context of exactly these groups (the same
+  /// device, the same CUdevResource bytes in the same order: keep the SmSplit and pass its
+  /// groups again) that custream keeps is handed out, with no driver call; else a new one is
+  /// made (cuDevResourceGenerateDesc, cuGreenCtxCreate). When its last user goes, custream makes
+  /// it current, waits for its work (cuCtxSynchronize), restores what was current (nothing, when
+  /// it was this context: it is popped) and keeps it: the next user gets a context with no
+  /// work of the last one's pending and custream's streams of it gone (streams the application
+  /// made itself on green_handle() must be destroyed before the last Context goes, as cuda.h
+  /// asks before cuGreenCtxDestroy). At most green_cache_limit() contexts are kept per device;
+  /// beyond it, the one kept longest ago is destroyed. A context whose draining fails is
+  /// destroyed instead (the failure goes to the release-error handler). With GreenReuse::none
+  /// the last user destroys it (cuGreenCtxDestroy).
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) for no groups or groups of different devices;
   /// Error naming the minimum driver when the driver lacks green contexts; Error on a driver
   /// failure.
-  static Context create_green(const std::vector<SmResource>& sms);
-  /// create_green({sms}).
-  static Context create_green(const SmResource& sms);
+  static Context create_green(const std::vector<SmResource>& sms,
+                              GreenReuse reuse = GreenReuse::cached);
+  /// create_green({sms}, reuse).
+  static Context create_green(const SmResource& sms, GreenReuse reuse = GreenReuse::cached);
+
+  /// The most green contexts kept for reuse per device when nobody owns them (GreenReuse).
+  static constexpr std::size_t default_green_cache_limit = 8;
+  /// How many unowned green contexts custream keeps per device (default_green_cache_limit
+  /// unless set). Never throws.
+  static std::size_t green_cache_limit() noexcept;
+  /// Sets how many unowned green contexts custream keeps per device, destroying the ones kept
+  /// longest ago beyond it; 0 keeps none (every green context is then destroyed by its last
+  /// user, as with GreenReuse::none). A failed destroy goes to the release-error handler.
+  static void set_green_cache_limit(std::size_t per_device) noexcept;
+  /// How many unowned green contexts custream keeps now, of every device. Never throws.
+  static std::size_t green_cached_count() noexcept;
+  /// Destroys every green context custream keeps for reuse (cuGreenCtxDestroy; a failure goes
+  /// to the release-error handler) and returns how many there were. Green contexts still owned
+  /// are not affected (they are kept when their last user goes, as before).
+  static std::size_t clear_green_cache() noexcept;
 
   /// A non-owning Context of `context` (made by somebody else): its device from the driver,
   /// kind primary when it is its device's primary context, green when the driver converted it

@@ -81,8 +81,9 @@ class Device {
   /// @throws Error naming the minimum driver when the driver lacks the call; Error on a
   /// driver failure.
   SmResource sms() const;
-  /// sms().split(min_count, groups, ignore_coscheduling): groups of at least `min_count` SMs
-  /// for green contexts (Context::create_green). @throws as SmResource::split().
+  /// sms().split(min_count, groups, ignore_coscheduling): up to `groups` groups (0, or more
+  /// than fit: as many as fit) of at least `min_count` SMs for green contexts
+  /// (Context::create_green). @throws as SmResource::split().
   SmSplit split_sms(unsigned min_count, unsigned groups = 0,
                     bool ignore_coscheduling = false) const;
 

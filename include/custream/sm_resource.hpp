@@ -27,7 +27,10 @@ class SmResource {
   const CUdevResource& native() const noexcept { return resource_; }
 
   /// Splits off up to `groups` groups (0: as many as the device allows) of at least
-  /// `min_count` SMs each (cuDevSmResourceSplitByCount). The driver rounds the size up to its
+  /// `min_count` SMs each (cuDevSmResourceSplitByCount). A `groups` larger than what fits is
+  /// no error: the driver's contract is "at most", so the split makes as many as fit (custream
+  /// asks for at most sm_count() groups, each having one SM at least, whatever `groups` says:
+  /// `UINT_MAX` allocates nothing large). The driver rounds the size up to its
   /// granularity (8 SMs on compute capability 9.x; 2 with `ignore_coscheduling`, which gives
   /// up the guarantee that a thread-block cluster fits in a group), and the SMs left over are
   /// in SmSplit::remaining.

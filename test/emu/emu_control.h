@@ -97,6 +97,18 @@ int custream_emu_register_kernel(const char* name, custream_emu_kernel_fn fn, vo
 /* Launches of kernels named `name` executed so far (process lifetime; no-ops included). */
 long custream_emu_kernel_runs(const char* name);
 
+/* ---- What the driver keeps of green contexts ----
+ * The driver keeps memory for every green context it creates and never gives it back, also
+ * after cuGreenCtxDestroy (measured on an H100, driver 580: 4 MiB of device memory and about
+ * 1.7 MB of host memory a context). The emulator keeps the count. */
+
+/* cuGreenCtxCreate calls that made a green context so far (process lifetime). */
+long custream_emu_green_contexts_created(void);
+
+/* Device memory the driver keeps for the green contexts created so far: 4 MiB each
+ * (process lifetime; what a real driver's cuMemGetInfo shows missing). */
+long long custream_emu_green_context_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif
