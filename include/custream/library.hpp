@@ -22,6 +22,8 @@ namespace detail {
 struct LibraryOwner;
 /// A kernel of a library (lib/library.hpp).
 struct KernelState;
+/// The loaded driver (lib/driver.hpp).
+struct Loaded;
 }  // namespace detail
 
 /// Whether a load may use the process-wide cache of loaded images (Library::from_ptx, …).
@@ -110,6 +112,13 @@ class Library {
   /// in global mode), the library still loaded; Error (CUDA_ERROR_INVALID_HANDLE) when empty.
   void unload();
 
+  /// The JIT's error log of its load: empty for an image that compiled. A driver that loads
+  /// lazily (the default) loads an image that does not compile without an error; this log
+  /// says why, and the first use that fails (a kernel lookup, preload(), function(), a launch,
+  /// global()) carries it in its Error. Empty for an empty Library.
+  const std::string& jit_error_log() const noexcept;
+  /// The JIT's information log of its load (empty unless the driver wrote one).
+  const std::string& jit_info_log() const noexcept;
   /// The CUlibrary (null when empty).
   CUlibrary handle() const noexcept;
   /// True unless empty.
@@ -129,6 +138,9 @@ class Library {
   /// each kernel, so that a lookup returns a reference; it lets go of it uncounted).
   static Library uncounted(detail::LibraryOwner* owner) noexcept;
   static Library load(const void* image, std::size_t bytes, LibraryCache cache, const char* what);
+  /// One driver load; `cacheable` (unless null) says whether the cache may keep it.
+  static Library load_new(const detail::Loaded& l, const void* image, std::size_t bytes,
+                          const char* what, bool* cacheable);
 
   detail::Shared<detail::LibraryOwner> owner_;
 };
