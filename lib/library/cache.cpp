@@ -101,8 +101,7 @@ Library cached_load(const void* image, std::size_t bytes,
                     const std::function<Library(bool*)>& load) {
   const std::uint64_t hash = hash_bytes(image, bytes);  // a hit also compares every byte
   Cache& c = cache();
-  auto mine = std::make_shared<PendingLoad>();
-  mine->hash = hash, mine->image = image, mine->bytes = bytes;
+  std::shared_ptr<PendingLoad> mine;
   {
     std::unique_lock<std::mutex> lock(c.mutex);
     for (;;) {
@@ -116,6 +115,8 @@ Library cached_load(const void* image, std::size_t bytes,
       if (first->library) return first->library;  // cached, or broken and not cached
       // That load threw: look again, and load if no other thread does by now.
     }
+    mine = std::make_shared<PendingLoad>();  // the first load of these bytes: this thread's
+    mine->hash = hash, mine->image = image, mine->bytes = bytes;
     c.pending.reserve(c.pending.size() + 1);
     c.pending.push_back(mine);
   }
