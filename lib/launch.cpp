@@ -19,6 +19,16 @@ std::string dims_text(Dim3 d) {
   return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
 }
 
+void refuse_shared_bytes(const char* call, const StreamRef& stream, const std::string& kernel,
+                         std::size_t shared_bytes) {
+  throw_stream_error(CUDA_ERROR_INVALID_VALUE, call, stream,
+                     kernel + ": " + std::to_string(shared_bytes) +
+                         " bytes of dynamic shared memory exceed the " +
+                         std::to_string(kMaxSharedBytes) +
+                         " a launch can ask for (the driver takes 32 bits; custream refused the "
+                         "launch without calling the driver)");
+}
+
 namespace {
 
 // What a device can do, asked once per device (cuDeviceGetAttribute) and kept: a check of a
@@ -247,6 +257,10 @@ void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef&
 
 void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
                         void** params, const std::string& kernel) {
+  if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
+    refuse_shared_bytes("cuLaunchKernelEx", stream, kernel_text(function, kernel),
+                        config.shared_bytes);
+  }
   const Loaded& l = loaded();
   const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(l.api);  // an older driver: say so
   CUlaunchAttribute attributes[6];

@@ -23,4 +23,15 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
 /// "axb x c" for an error message.
 std::string dims_text(Dim3 d);
 
+/// The most dynamic shared memory a launch can ask for: the driver takes it in 32 bits
+/// (cuLaunchKernel's sharedMemBytes, CUlaunchConfig::sharedMemBytes).
+inline constexpr std::size_t kMaxSharedBytes = 0xFFFFFFFFu;
+
+/// Throws the error of a launch of `kernel` (its text for errors) on `stream` asking for
+/// `shared_bytes` of dynamic shared memory, more than kMaxSharedBytes (`call`: the entry the
+/// launch would have called; the driver is not called).
+[[noreturn, gnu::cold]] void refuse_shared_bytes(const char* call, const StreamRef& stream,
+                                                 const std::string& kernel,
+                                                 std::size_t shared_bytes);
+
 }  // namespace custream::detail

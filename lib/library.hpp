@@ -5,14 +5,18 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "custream/detail/call.hpp"
 #include "custream/library_kernel.hpp"
 #include "shared.hpp"
 
@@ -76,7 +80,79 @@ struct LibraryOwner : Counted {
   /// Whether a raw handle of its code was handed out (Library::handle, LibraryKernel::handle
   /// or function): then any graph may launch it, and every graph holds it (invariant 5).
   std::atomic<bool> exposed{false};
+  /// The JIT's logs of the load (invariant 8): immutable after the load.
+  std::string jit_error_log;
+  std::string jit_info_log;
+
+  /// Whether the image is known not to have compiled: the driver loaded it lazily, wrote an
+  /// error log, and found no kernels (invariant 8).
+  bool broken() const noexcept {
+    return !jit_error_log.empty() && (!enumerated || kernels.empty());
+  }
 };
+
+/// "; JIT error log:\n…" when `owner`'s load wrote one, else empty: appended to the error of
+/// a failing use (invariant 8).
+std::string jit_log_text(const LibraryOwner& owner);
+
+/// The subject of an error about `library`.
+inline Subject library_subject(CUlibrary library) noexcept {
+  return {Subject::What::library, library, -1};
+}
+
+/// Every loaded library, so that a graph can hold those it may launch (invariant 5). Guarded by
+/// its mutex: written when a library is loaded or unloaded, read when custream instantiates a
+/// graph, never on a launch.
+struct Registry {
+  std::mutex mutex;
+  std::vector<LibraryOwner*> owners;
+};
+/// The one registry (never destroyed: owners may outlive static destruction).
+Registry& registry();
+/// Adds `owner` to the registry.
+void register_owner(LibraryOwner* owner);
+/// Forgets `owner`; the caller holds the registry's mutex.
+void unregister_locked(Registry& r, LibraryOwner* owner) noexcept;
+
+/// An image in the cache and its library (invariant 4).
+struct CacheEntry {
+  std::uint64_t hash;
+  std::string image;
+  Library library;
+};
+
+/// A first load of an image in progress (invariant 4): threads loading the same bytes wait for
+/// it (`done`) and take its library; an empty one means the load threw.
+struct PendingLoad {
+  std::uint64_t hash = 0;
+  const void* image = nullptr;  // the loading thread's, valid while this is in Cache::pending
+  std::size_t bytes = 0;
+  bool done = false;
+  Library library;
+};
+
+/// The content-addressed cache of loaded images (invariant 4).
+struct Cache {
+  std::mutex mutex;
+  std::list<CacheEntry> entries;  // most recently used first
+  std::size_t bytes = 0;
+  std::vector<std::shared_ptr<PendingLoad>> pending;  // first loads in progress
+  std::condition_variable loaded;                     // a pending load finished
+};
+/// The one cache (never destroyed: no unload after the driver is gone at exit).
+Cache& cache();
+
+/// The cached library of the `bytes` bytes at `image`; else the library of the same bytes
+/// another thread is loading, once it has; else `load`'s, cached unless it sets its argument to
+/// false (a broken image). Evicted libraries are dropped as drop_entries() does (invariant 4).
+/// @throws what `load` throws.
+Library cached_load(const void* image, std::size_t bytes,
+                    const std::function<Library(bool*)>& load);
+
+/// Drops `dropped` (the cache's entries, outside its mutex) with the thread's capture mode
+/// relaxed, so that unloading a library no one else holds neither invalidates another thread's
+/// capture nor leaks (invariant 4).
+void drop_entries(std::list<CacheEntry>& dropped) noexcept;
 
 /// The capture epoch: raised before every capture custream begins (invariant 5).
 extern std::atomic<std::uint64_t> g_capture_epoch;

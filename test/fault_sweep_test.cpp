@@ -1023,6 +1023,27 @@ std::vector<Operation> operations() {
     graph.launch(s);  // the graph keeps the library loaded
     s.synchronize();
   });
+  add("libraries: the cache's unloads in relaxed capture mode, a bad image's JIT log", [] {
+    const char* const ptx =
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .entry sweep_cached()\n{\n  ret;\n}\n";
+    custream::Library::clear_cache();
+    (void)custream::Library::from_ptx(ptx);  // only the cache holds it
+    custream::Library::clear_cache();        // unloads it with the thread's capture mode relaxed
+    // A bad image loads lazily; its first use fails with the driver's error and the JIT's log.
+    const char* const broken =
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .entry sweep_broken(\n{\n  ret;\n}\n";
+    const custream::Library bad = custream::Library::from_ptx(broken);
+    expect(custream::Library::cached_count() == 0, "a broken library is not cached");
+    try {
+      (void)bad.kernel("sweep_broken");
+      throw std::logic_error("a kernel of a broken library was found");
+    } catch (const custream::Error& e) {
+      if (e.result() != CUDA_ERROR_INVALID_PTX) throw;
+      expect(std::string(e.what()).find("JIT error log") != std::string::npos, "the JIT log");
+    }
+  });
   add("completions: a callback and a future by events, by written words, and through an eventfd",
       [] { use_completions(); });
   add("errors: the driver's description of a failed call", [] {

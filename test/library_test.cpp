@@ -3,6 +3,9 @@
 // Design: docs/design/libraries.md.
 #include "custream/library.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -12,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "custream/capture_info.hpp"
+#include "custream/capture_mode.hpp"
 #include "custream/context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/device.hpp"
@@ -213,7 +218,7 @@ TEST_CASE("the library cache under 16 threads loading the same and different ima
     });
   }
   for (auto& t : threads) t.join();
-  // Racing first loads of one image may each load it; after the race one is cached.
+  // Racing first loads of one image load it once: every thread has the cached library.
   const Library cached = Library::from_ptx(ptx(7));
   int matches = 0;
   for (int t = 0; t < 16; ++t) {
@@ -221,7 +226,8 @@ TEST_CASE("the library cache under 16 threads loading the same and different ima
     CHECK(own[t]);
     for (int u = 0; u < t; ++u) CHECK(own[t] != own[u]);
   }
-  CHECK(matches >= 1);
+  CHECK(matches == 16);
+  CHECK(Library::cached_count() == 17);
   Library::clear_cache();
 }
 
@@ -255,13 +261,14 @@ TEST_CASE("library errors: bad images, files, empty handles; kernels keep the li
   REQUIRE_DRIVER();
   if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
   // A bad image is refused at load, or, where the driver loads lazily (the H200 does), it
-  // loads with no kernels and a lookup names none.
+  // loads with no kernels, and a lookup fails with the driver's error and the JIT's log.
   const char garbage[] = "this is not a module image";
   try {
     const Library bad = Library::from_image(garbage, sizeof garbage, LibraryCache::bypass);
     CHECK(bad.kernel_names().empty());
-    expect_error([&] { (void)bad.kernel("library_add"); }, CUDA_ERROR_NOT_FOUND,
-                 "the library's kernels: none");
+    CHECK_FALSE(bad.jit_error_log().empty());
+    expect_error([&] { (void)bad.kernel("library_add"); }, CUDA_ERROR_INVALID_IMAGE,
+                 "JIT error log:\n" + bad.jit_error_log());
   } catch (const custream::Error& e) {
     CHECK(std::string(e.what()).find("cuLibraryLoadData") != std::string::npos);
   }
@@ -560,5 +567,167 @@ TEST_CASE("loading, launching, capturing and unloading libraries many times leak
   s.copy(&host, cell.get(), sizeof host);
   s.synchronize();
   CHECK(host == 200);
+  if (custream_test::emulated()) CHECK(live_objects() == before);
+}
+
+TEST_CASE("library calls refuse an empty Context, naming the call", "[library][lifetime]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  const Library lib = Library::from_ptx(ptx(), LibraryCache::bypass);
+  const LibraryKernel& noop = lib.kernel("library_noop");
+  Context moved = Device(0).primary_context();
+  const Context taken = std::move(moved);
+  const Context none;
+  for (const Context* empty : {&none, static_cast<const Context*>(&moved)}) {
+    const Context& context = *empty;
+    expect_error([&] { lib.preload(context); }, CUDA_ERROR_INVALID_CONTEXT,
+                 "custream::Library::preload");
+    expect_error([&] { lib.preload(context); }, CUDA_ERROR_INVALID_CONTEXT, "holds no context");
+    expect_error([&] { (void)noop.function(context); }, CUDA_ERROR_INVALID_CONTEXT,
+                 "custream::LibraryKernel::function");
+    expect_error([&] { (void)noop.function(context); }, CUDA_ERROR_INVALID_CONTEXT,
+                 "holds no context");
+  }
+  CHECK(noop.function(taken) != nullptr);
+}
+
+TEST_CASE("library launches refuse more than 4 GiB of dynamic shared memory", "[library][launch]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  const Library lib = Library::from_ptx(ptx(), LibraryCache::bypass);
+  const LibraryKernel& noop = lib.kernel("library_noop");
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const std::size_t huge = (std::size_t{1} << 32) + 16;  // 16 once truncated to 32 bits
+  const std::string value = std::to_string(huge);
+  for (const std::string& text : {value, std::string("4294967295"), std::string("without")}) {
+    expect_error([&] { noop.launch(s, {1}, {1}, huge); }, CUDA_ERROR_INVALID_VALUE, text);
+    expect_error([&] { noop.launch_raw(s, {1}, {1}, huge, nullptr); }, CUDA_ERROR_INVALID_VALUE,
+                 text);
+    const custream::LaunchConfig config({1}, {1}, huge);
+    expect_error([&] { noop.launch(s, config); }, CUDA_ERROR_INVALID_VALUE, text);
+    expect_error([&] { noop.launch_raw(s, config, nullptr); }, CUDA_ERROR_INVALID_VALUE, text);
+  }
+  noop.launch(s, {1}, {1}, 16);  // the limit is the driver's 32 bits, not a smaller one
+  s.synchronize();
+}
+
+TEST_CASE("Library::from_file: an unreadable path is an Error naming it and why",
+          "[library][file]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  expect_error([] { (void)Library::from_file("/tmp"); }, CUDA_ERROR_FILE_NOT_FOUND, "/tmp");
+  expect_error([] { (void)Library::from_file("/tmp"); }, CUDA_ERROR_FILE_NOT_FOUND,
+               "Is a directory");
+  expect_error([] { (void)Library::from_file("/no/such/file.ptx"); }, CUDA_ERROR_FILE_NOT_FOUND,
+               "No such file or directory");
+  expect_error([] { (void)Library::from_file(""); }, CUDA_ERROR_FILE_NOT_FOUND,
+               "No such file or directory");
+  const std::string path = "/tmp/custream-library-unreadable-" + std::to_string(getpid()) + ".ptx";
+  {
+    std::ofstream out(path);
+    out << ptx(4);
+  }
+  REQUIRE(chmod(path.c_str(), 0) == 0);
+  if (geteuid() != 0) {  // root reads it anyway
+    expect_error([&] { (void)Library::from_file(path); }, CUDA_ERROR_FILE_NOT_FOUND, path);
+    expect_error([&] { (void)Library::from_file(path); }, CUDA_ERROR_FILE_NOT_FOUND,
+                 "Permission denied");
+  }
+  std::remove(path.c_str());
+}
+
+namespace {
+// PTX whose parenthesis never closes: the driver's JIT refuses it.
+const char kBrokenPtx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry broken(\n  .param .u32 x\n{\n  ret;\n}\n";
+}  // namespace
+
+TEST_CASE("a library of bad PTX: its JIT log reaches the first failing use; never cached",
+          "[library][jit]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  Library::clear_cache();
+  Library lib;
+  try {
+    lib = Library::from_ptx(kBrokenPtx);
+  } catch (const custream::Error& e) {  // a driver that loads eagerly refuses it now
+    CHECK(std::string(e.what()).find("JIT error log") != std::string::npos);
+    return;
+  }
+  // Loaded lazily (the H200 and the emulator): the log is kept, and the library not cached.
+  CHECK(Library::cached_count() == 0);
+  CHECK(Library::from_ptx(kBrokenPtx) != lib);  // loaded again, not from the cache
+  CHECK(Library::cached_count() == 0);
+  expect_error([&] { (void)lib.kernel("broken"); }, CUDA_ERROR_INVALID_PTX, "JIT error log");
+  const std::string log = lib.jit_error_log();
+  REQUIRE_FALSE(log.empty());
+  expect_error([&] { (void)lib.kernel("broken"); }, CUDA_ERROR_INVALID_PTX, log);
+  expect_error([&] { (void)lib.kernel("broken"); }, CUDA_ERROR_INVALID_PTX, "cuLibraryGetKernel");
+  expect_error([&] { lib.preload(Device(0)); }, CUDA_ERROR_INVALID_IMAGE, log);
+  expect_error([&] { lib.preload(Device(0)); }, CUDA_ERROR_INVALID_IMAGE, "did not compile");
+  expect_error([&] { (void)lib.global("x", Device(0).primary_context()); }, CUDA_ERROR_INVALID_PTX,
+               log);
+  // A good image has no error log, and is cached.
+  const Library good = Library::from_ptx(ptx(5));
+  CHECK(good.jit_error_log().empty());
+  CHECK(Library::cached_count() == 1);
+  Library::clear_cache();
+}
+
+TEST_CASE("the cache's unloads leave another thread's global capture valid and leak nothing",
+          "[library][capture][threads]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  Library::clear_cache();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  const long before = live_objects();
+  SECTION("clear_cache") {
+    (void)Library::from_ptx(ptx(3000));  // only the cache holds it
+    s.begin_capture(custream::CaptureMode::global);
+    custream_test::on_fresh_thread([] { Library::clear_cache(); });
+    CHECK(Library::cached_count() == 0);
+  }
+  SECTION("an eviction") {
+    (void)Library::from_ptx(ptx(3001));  // only the cache holds it; evicted below
+    s.begin_capture(custream::CaptureMode::global);
+    custream_test::on_fresh_thread([] {
+      for (int i = 0; i < 64; ++i) (void)Library::from_ptx(ptx(3100 + i));
+    });
+    CHECK(Library::cached_count() == 64);
+  }
+  CHECK(s.capture_info().status == custream::CaptureStatus::active);
+  { const custream::Graph g = s.end_capture(); }  // an invalidated capture throws here
+  Library::clear_cache();
+  if (custream_test::emulated()) CHECK(live_objects() == before);  // every library unloaded
+}
+
+TEST_CASE("racing first loads of one image: one driver load, one cache entry",
+          "[library][cache][threads]") {
+  REQUIRE_DRIVER();
+  if (!has_libraries()) CUSTREAM_SKIP("the driver has no libraries");
+  Library::clear_cache();
+  const long before = live_objects();
+  constexpr int kThreads = 16, kRounds = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string text = ptx(2000 + round);
+    std::vector<Library> got(kThreads);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        got[t] = Library::from_ptx(text);
+      });
+    }
+    for (auto& t : threads) t.join();
+    int same = 0;
+    for (int t = 0; t < kThreads; ++t) same += got[t] == got[0];
+    CHECK(same == kThreads);
+    CHECK(Library::cached_count() == static_cast<std::size_t>(round + 1));
+    if (custream_test::emulated()) CHECK(live_objects() == before + round + 1);
+  }
+  Library::clear_cache();
   if (custream_test::emulated()) CHECK(live_objects() == before);
 }

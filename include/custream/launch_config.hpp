@@ -32,11 +32,12 @@ struct ProgrammaticEvent {
 /// launch would also invalidate a capture): cluster dimensions that do not divide the grid or
 /// exceed what the kernel can schedule, a cooperative grid larger than the device can run at
 /// once (from the kernel's occupancy), an attribute the driver is too old for (naming the
-/// driver version it needs), and one the device lacks.
+/// driver version it needs), one the device lacks, and more dynamic shared memory than the
+/// driver's 32 bits can say.
 struct LaunchConfig {
   Dim3 grid;                     ///< blocks
   Dim3 block;                    ///< threads per block
-  std::size_t shared_bytes = 0;  ///< dynamic shared memory per block
+  std::size_t shared_bytes = 0;  ///< dynamic shared memory per block (at most 4 GiB − 1)
 
   /// Thread-block clusters of these dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, compute
   /// capability 9.0+): each must divide the grid's; at most 8 blocks in a cluster (16 when the

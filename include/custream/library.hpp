@@ -22,6 +22,8 @@ namespace detail {
 struct LibraryOwner;
 /// A kernel of a library (lib/library.hpp).
 struct KernelState;
+/// The loaded driver (lib/driver.hpp).
+struct Loaded;
 }  // namespace detail
 
 /// Whether a load may use the process-wide cache of loaded images (Library::from_ptx, …).
@@ -44,27 +46,35 @@ struct LibraryGlobal {
 /// then cached.
 ///
 /// Loading is content-addressed: the same image loaded again (same bytes) returns the same
-/// Library without another driver load. The cache keeps the libraries of the 64 most recently
-/// loaded images, at most 256 MiB of images together, loaded (least recently used first out);
-/// LibraryCache::bypass skips it, and clear_cache() empties it.
+/// Library without another driver load, also when threads race to load it first (one loads,
+/// the others wait for it). The cache keeps the libraries of the 64 most recently loaded
+/// images, at most 256 MiB of images together, loaded (least recently used first out);
+/// LibraryCache::bypass skips it, and clear_cache() empties it. A library the cache drops that
+/// nothing else holds is unloaded with the thread's capture mode relaxed, so that no other
+/// thread's capture is invalidated.
 ///
 /// For JIT tools: PTX is compiled by the driver's JIT for each device when a kernel is first
 /// resolved there (lazily), or all at once with preload(). A failure carries the JIT's error
-/// log in the message.
+/// log in the message. A driver that loads lazily (the default) loads PTX that does not compile
+/// without an error: such a library keeps its logs (jit_error_log()), is not cached, and its
+/// first failing use carries the log.
 class Library {
  public:
   /// No library.
   Library() noexcept = default;
 
-  /// Loads PTX text. @throws Error with the JIT error log when the driver refuses it; Error
-  /// naming the minimum driver (12.0) when the driver has no libraries.
+  /// Loads PTX text. @throws Error with the JIT error log when the driver refuses it (a driver
+  /// that loads lazily does not: see jit_error_log()); Error naming the minimum driver (12.0)
+  /// when the driver has no libraries.
   static Library from_ptx(std::string_view ptx, LibraryCache cache = LibraryCache::use);
   /// Loads a cubin or fatbin image, or NUL-terminated PTX, of `bytes` bytes.
   /// @throws as from_ptx(); Error (CUDA_ERROR_INVALID_VALUE) for a null or empty image.
   static Library from_image(const void* image, std::size_t bytes,
                             LibraryCache cache = LibraryCache::use);
   /// Reads the file at `path` (PTX, cubin or fatbin) and loads it.
-  /// @throws Error when the file cannot be read (naming it), or as from_ptx().
+  /// @throws Error (CUDA_ERROR_FILE_NOT_FOUND) naming the path and the system's reason when it
+  /// cannot be read (missing, a directory, no permission; the driver is not called), or as
+  /// from_ptx().
   static Library from_file(const std::string& path, LibraryCache cache = LibraryCache::use);
 
   /// Drops the cache's references (loaded libraries still referred to stay loaded).
@@ -77,7 +87,8 @@ class Library {
   /// newer; an older one is asked once per name). The reference is valid while this Library
   /// is; a copy of it (`LibraryKernel k = lib.kernel("f");`) keeps the library loaded.
   /// @throws Error (CUDA_ERROR_NOT_FOUND) naming the kernel and listing the library's kernels;
-  /// Error (CUDA_ERROR_INVALID_HANDLE) for an empty Library.
+  /// for an image that did not compile, the driver's error (CUDA_ERROR_INVALID_PTX, …) with the
+  /// JIT error log; Error (CUDA_ERROR_INVALID_HANDLE) for an empty Library.
   const LibraryKernel& kernel(const std::string& name) const&;
   /// The kernel `name` of a temporary Library, as a copy that keeps the library loaded.
   /// @throws as above.
@@ -87,14 +98,18 @@ class Library {
 
   /// Resolves every kernel in `context` now (cuKernelGetFunction), so that no lazy load
   /// happens later, e.g. inside a capture or next to persistent kernels.
-  /// @throws Error naming the kernel, the context and the driver's error (the JIT log is the
-  /// driver's to keep).
+  /// @throws Error naming the kernel, the context and the driver's error; Error
+  /// (CUDA_ERROR_INVALID_IMAGE, the driver not called) with the JIT error log for an image
+  /// that did not compile; Error (CUDA_ERROR_INVALID_CONTEXT) naming the call for an empty
+  /// Context.
   void preload(const Context& context) const;
   /// preload(device.primary_context()). @throws as above.
   void preload(const Device& device) const;
 
   /// The device variable `name` in `context` (cuLibraryGetGlobal with it current).
-  /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable.
+  /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable, with the JIT
+  /// error log where the load wrote one; Error (CUDA_ERROR_INVALID_CONTEXT) for an empty
+  /// Context.
   LibraryGlobal global(const std::string& name, const Context& context) const;
   /// The managed variable `name` (cuLibraryGetManaged), valid in every context.
   /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the variable.
@@ -110,6 +125,13 @@ class Library {
   /// in global mode), the library still loaded; Error (CUDA_ERROR_INVALID_HANDLE) when empty.
   void unload();
 
+  /// The JIT's error log of its load: empty for an image that compiled. A driver that loads
+  /// lazily (the default) loads an image that does not compile without an error; this log
+  /// says why, and the first use that fails (a kernel lookup, preload(), function(), a launch,
+  /// global()) carries it in its Error. Empty for an empty Library.
+  const std::string& jit_error_log() const noexcept;
+  /// The JIT's information log of its load (empty unless the driver wrote one).
+  const std::string& jit_info_log() const noexcept;
   /// The CUlibrary (null when empty).
   CUlibrary handle() const noexcept;
   /// True unless empty.
@@ -129,6 +151,9 @@ class Library {
   /// each kernel, so that a lookup returns a reference; it lets go of it uncounted).
   static Library uncounted(detail::LibraryOwner* owner) noexcept;
   static Library load(const void* image, std::size_t bytes, LibraryCache cache, const char* what);
+  /// One driver load; `cacheable` (unless null) says whether the cache may keep it.
+  static Library load_new(const detail::Loaded& l, const void* image, std::size_t bytes,
+                          const char* what, bool* cacheable);
 
   detail::Shared<detail::LibraryOwner> owner_;
 };

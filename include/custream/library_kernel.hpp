@@ -45,7 +45,9 @@ class LibraryKernel {
   Library library() const noexcept;
 
   /// Its function in `context` (cuKernelGetFunction with it current, once per context, then
-  /// cached). @throws Error naming the kernel and the context on a driver failure.
+  /// cached). @throws Error naming the kernel and the context on a driver failure (with the
+  /// library's JIT error log, if any); Error (CUDA_ERROR_INVALID_CONTEXT) naming the call for
+  /// an empty Context.
   CUfunction function(const Context& context) const;
 
   /// Launches the kernel on `stream` with `grid` blocks of `block` threads, `shared_bytes`
@@ -59,8 +61,9 @@ class LibraryKernel {
   /// different count, or an argument whose size differs from its parameter's, is refused before
   /// the driver is called.
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and the first mismatching
-  /// argument, its size and the parameter's; Error naming the kernel, stream and configuration
-  /// on a driver failure.
+  /// argument, its size and the parameter's, or `shared_bytes` above 4 GiB − 1 (the driver
+  /// takes 32 bits; refused before the driver is called); Error naming the kernel, stream and
+  /// configuration on a driver failure.
   template <typename... Args>
   void launch(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
               const Args&... args) const {
@@ -89,7 +92,8 @@ class LibraryKernel {
   }
 
   /// Launches with an array of pointers to the arguments (cuLaunchKernel's kernelParams),
-  /// unchecked. @throws Error on a driver failure.
+  /// unchecked. @throws Error (CUDA_ERROR_INVALID_VALUE) for `shared_bytes` above 4 GiB − 1;
+  /// Error on a driver failure.
   void launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                   void** params) const;
   /// Launches with launch attributes and an array of pointers to the arguments, unchecked.

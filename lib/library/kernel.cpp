@@ -1,0 +1,232 @@
+// custream::LibraryKernel: per-context functions, argument checks and launches (invariants 3,
+// 6 and 7 of docs/design/libraries.md).
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "context.hpp"
+#include "custream/context.hpp"
+#include "custream/context_scope.hpp"
+#include "custream/device.hpp"
+#include "custream/error.hpp"
+#include "custream/library.hpp"
+#include "custream/library_kernel.hpp"
+#include "driver.hpp"
+#include "launch.hpp"
+#include "library.hpp"
+
+namespace custream {
+
+using detail::DriverApi;
+
+namespace detail {
+
+void load_param_sizes(KernelState& state, const StreamRef& stream) {
+  std::lock_guard<std::mutex> lock(state.params_mutex);
+  if (state.params.load(std::memory_order_relaxed) != KernelState::Params::unasked) return;
+  const DriverApi& api = detail::api();
+  if (api.cuKernelGetParamInfo == nullptr) {  // CUDA 12.4
+    state.params.store(KernelState::Params::unknown, std::memory_order_release);
+    return;
+  }
+  // The driver asks for a current context (the stream's; the current one for a special handle).
+  std::optional<ContextScope> scope;
+  if (!stream.is_special()) scope.emplace(stream.context());  // as launch.cpp's queries
+  std::vector<std::size_t> sizes;
+  for (;;) {
+    std::size_t offset = 0, size = 0;
+    const CUresult r = api.cuKernelGetParamInfo(state.kernel, sizes.size(), &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {       // an image the driver cannot tell of
+      state.params.store(KernelState::Params::unknown, std::memory_order_release);
+      return;
+    }
+    if (r != CUDA_SUCCESS) {
+      fail<&DriverApi::cuKernelGetParamInfo>(
+          r, {Subject::What::stream, stream.handle(), stream.device_id()},
+          "parameter " + std::to_string(sizes.size()) + " of kernel \"" + state.name + "\"");
+    }
+    sizes.push_back(size);
+  }
+  state.param_sizes = std::move(sizes);
+  state.params.store(KernelState::Params::known, std::memory_order_release);
+}
+
+[[noreturn, gnu::cold]] void refuse_arguments(const KernelState& state, std::string why) {
+  std::string layout;
+  for (std::size_t i = 0; i < state.param_sizes.size(); ++i) {
+    layout += (i == 0 ? "" : ", ") + std::to_string(state.param_sizes[i]);
+  }
+  throw Error(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "kernel \"" + state.name + "\"",
+              std::move(why) + "; its parameters take " +
+                  (layout.empty() ? std::string("no bytes") : layout + " bytes") +
+                  " (custream refused the launch without calling the driver)");
+}
+
+void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count) {
+  const std::vector<std::size_t>& expected = state.param_sizes;
+  if (count != expected.size()) {
+    refuse_arguments(state, "the kernel has " + std::to_string(expected.size()) +
+                                " parameter(s), the launch gave " + std::to_string(count) +
+                                " argument(s)");
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sizes[i] != expected[i]) {
+      refuse_arguments(state, "argument " + std::to_string(i) + " has " + std::to_string(sizes[i]) +
+                                  " bytes, parameter " + std::to_string(i) + " takes " +
+                                  std::to_string(expected[i]));
+    }
+  }
+}
+
+}  // namespace detail
+
+const std::string& LibraryKernel::name() const noexcept {
+  static const std::string none;
+  return state_ != nullptr ? state_->name : none;
+}
+
+CUkernel LibraryKernel::kernel_or_null() const noexcept {
+  return state_ != nullptr ? state_->kernel : nullptr;
+}
+
+CUkernel LibraryKernel::handle() const noexcept {
+  if (state_ == nullptr) return nullptr;
+  detail::note_exposed(*library_.owner_.get());  // may now be launched raw (invariant 5)
+  return state_->kernel;
+}
+
+Library LibraryKernel::library() const noexcept { return library_; }
+
+namespace {
+[[noreturn, gnu::cold]] void refuse_empty_kernel(const char* call) {
+  throw Error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::LibraryKernel",
+              "the LibraryKernel holds no kernel");
+}
+}  // namespace
+
+CUfunction LibraryKernel::function(const Context& context) const {
+  if (state_ == nullptr) refuse_empty_kernel("cuKernelGetFunction");
+  detail::nonempty(context, "custream::LibraryKernel::function");  // before it is read
+  detail::note_exposed(*library_.owner_.get());  // may now be launched raw (invariant 5)
+  return resolve(context);
+}
+
+CUfunction LibraryKernel::resolve(const Context& context) const {
+  detail::nonempty(context, "custream::LibraryKernel::function");  // its device indexes below
+  const bool primary = context.kind() == ContextKind::primary;
+  std::atomic<CUfunction>* slot = primary ? &state_->primary[context.device_id()] : nullptr;
+  if (slot != nullptr) {
+    if (CUfunction f = slot->load(std::memory_order_acquire)) return f;
+  }
+  // Resolved in the context (invariant 3): cuKernelGetFunction loads the kernel there.
+  ContextScope scope(context);
+  CUfunction f = nullptr;
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetFunction>(&f, state_->kernel);
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuKernelGetFunction>(
+        r, {detail::Subject::What::context, context.handle(), context.device_id()},
+        "kernel \"" + state_->name + "\" (" + to_string(context.kind()) + " context)" +
+            detail::jit_log_text(*library_.owner_.get()));
+  }
+  if (slot != nullptr) slot->store(f, std::memory_order_release);  // the same f every time
+  return f;
+}
+
+CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
+  if (state_ == nullptr) refuse_empty_kernel("cuLaunchKernel");
+  const int device = stream.device_id();
+  if (device >= 0 && stream.context_kind() == ContextKind::primary) {
+    if (CUfunction f = state_->primary[device].load(std::memory_order_acquire)) return f;  // 3
+    return resolve(Device(device).primary_context());
+  }
+  // A special handle means the current context's stream: the driver resolves a CUkernel
+  // passed as the function in the current context.
+  if (stream.is_special()) return reinterpret_cast<CUfunction>(state_->kernel);
+  return resolve(Context::wrap(stream.context()));
+}
+
+void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
+                          std::size_t count) const {
+  auto params = state_->params.load(std::memory_order_acquire);
+  if (params == detail::KernelState::Params::unasked) {
+    detail::load_param_sizes(*state_, stream);
+    params = state_->params.load(std::memory_order_acquire);
+  }
+  if (params == detail::KernelState::Params::known) detail::check_arguments(*state_, sizes, count);
+}
+
+CUfunction LibraryKernel::prepare(const StreamRef& stream, const std::size_t* sizes,
+                                  std::size_t count) const {
+  const CUfunction f = function_for(stream);
+  if (sizes != nullptr) check(stream, sizes, count);  // invariant 6
+  detail::note_launch(*library_.owner_.get());        // invariant 5
+  return f;
+}
+
+void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 block,
+                                   std::size_t shared_bytes, void** params,
+                                   const std::size_t* sizes, std::size_t count) const {
+  if (shared_bytes > detail::kMaxSharedBytes) {  // invariant 7: refused before any driver call
+    detail::refuse_shared_bytes("cuLaunchKernel", stream, "library kernel \"" + name() + "\"",
+                                shared_bytes);
+  }
+  const CUfunction f = prepare(stream, sizes, count);
+  const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
+                                                  block.z, static_cast<unsigned>(shared_bytes),
+                                                  stream.handle(), params, nullptr);
+  if (r != CUDA_SUCCESS) {
+    detail::throw_stream_error(r, "cuLaunchKernel", stream,
+                               "library kernel \"" + state_->name + "\", grid " +
+                                   detail::dims_text(grid) + ", block " + detail::dims_text(block) +
+                                   ", " + std::to_string(shared_bytes) + " bytes of shared memory");
+  }
+}
+
+void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& config,
+                                   void** params, const std::size_t* sizes,
+                                   std::size_t count) const {
+  if (config.shared_bytes > detail::kMaxSharedBytes) {  // before prepare() calls the driver
+    detail::refuse_shared_bytes("cuLaunchKernelEx", stream, "library kernel \"" + name() + "\"",
+                                config.shared_bytes);
+  }
+  const CUfunction f = prepare(stream, sizes, count);
+  detail::launch_with_config(f, stream, config, params, state_->name);
+}
+
+void LibraryKernel::launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block,
+                               std::size_t shared_bytes, void** params) const {
+  launch_checked(stream, grid, block, shared_bytes, params, nullptr, 0);
+}
+
+void LibraryKernel::launch_raw(const StreamRef& stream, const LaunchConfig& config,
+                               void** params) const {
+  launch_checked(stream, config, params, nullptr, 0);
+}
+
+int LibraryKernel::attribute(CUfunction_attribute attribute, int device) const {
+  const Device d(device);
+  int value = 0;
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelGetAttribute>(&value, attribute,
+                                                                      kernel_or_null(), d.handle());
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuKernelGetAttribute>(
+        r, detail::device_subject(device),
+        "kernel \"" + name() + "\", attribute " + std::to_string(static_cast<int>(attribute)));
+  }
+  return value;
+}
+
+void LibraryKernel::set_attribute(CUfunction_attribute attribute, int value, int device) const {
+  const Device d(device);
+  if (CUresult r = detail::try_call<&DriverApi::cuKernelSetAttribute>(attribute, value,
+                                                                      kernel_or_null(), d.handle());
+      r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuKernelSetAttribute>(r, detail::device_subject(device),
+                                                   "kernel \"" + name() + "\", attribute " +
+                                                       std::to_string(static_cast<int>(attribute)) +
+                                                       " = " + std::to_string(value));
+  }
+}
+
+}  // namespace custream
