@@ -12,6 +12,10 @@ namespace custream {
 
 void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
                         void** params) const {
+  if (shared_bytes > detail::kMaxSharedBytes) {  // never truncated to the driver's 32 bits
+    detail::refuse_shared_bytes("custream::Kernel::launch", stream,
+                                "kernel " + detail::pointer_text(function_), shared_bytes);
+  }
   const CUresult r = detail::api().cuLaunchKernel(
       function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
       static_cast<unsigned>(shared_bytes), stream.handle(), params, nullptr);

@@ -100,7 +100,7 @@ std::string kernel_text(CUfunction function, const std::string& kernel) {
 // Throws the error of a launch custream refused before calling the driver.
 [[noreturn, gnu::cold]] void refuse(CUresult r, const StreamRef& stream, CUfunction function,
                                     const std::string& kernel, const std::string& why) {
-  throw_stream_error(r, "cuLaunchKernelEx", stream,
+  throw_stream_error(r, "custream::launch (LaunchConfig)", stream,
                      kernel_text(function, kernel) + ": " + why +
                          " (custream refused the launch without calling the driver)");
 }
@@ -258,7 +258,7 @@ void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef&
 void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
                         void** params, const std::string& kernel) {
   if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
-    refuse_shared_bytes("cuLaunchKernelEx", stream, kernel_text(function, kernel),
+    refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
                         config.shared_bytes);
   }
   const Loaded& l = loaded();

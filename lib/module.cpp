@@ -1,10 +1,14 @@
 // custream::Module: loading PTX/cubin/fatbin. Design: docs/design/modules.md.
 #include "custream/module.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
-#include <fstream>
-#include <iterator>
+#include <cerrno>
 #include <string>
+#include <system_error>
 
 #include "context.hpp"
 #include "custream/context_scope.hpp"
@@ -35,11 +39,33 @@ ModuleOwner::~ModuleOwner() {
 template struct Refs<ModuleOwner>;
 
 std::string read_image_file(const std::string& path, const char* call) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, path, "cannot open the file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, path, "cannot read the file");
-  bytes.push_back('\0');  // PTX files need the terminator; images ignore it (invariant 2)
+  const auto refuse = [&](int error) {
+    throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, "file \"" + path + "\"",
+                "cannot read it: " + std::generic_category().message(error) +
+                    " (custream did not call the driver)");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) refuse(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) refuse(errno);
+  if (S_ISDIR(st.st_mode)) refuse(EISDIR);
+  std::string bytes;
+  if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<std::size_t>(st.st_size) + 1);
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      refuse(errno);
+    }
+    bytes.append(buffer, static_cast<std::size_t>(n));
+  }
+  bytes.push_back('\0');
   return bytes;
 }
 

@@ -189,8 +189,6 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuStreamGetDevice", "never called by the library: it would invalidate a capture"},
       {"cuMemcpyDtoDAsync", "never called by the library (device to device is cuMemcpyAsync)"},
       {"cuGraphCreate", "never called by the library; tests build graphs with it"},
-      {"cuLibraryGetKernel",
-       "called only with a driver older than 12.4, which cannot enumerate a library's kernels"},
       // Served (and checked by the conformance suite) for tests and users' programs.
       {"cuMemFreeHost",
        "called by the library only when the device address of new host-mapped memory cannot be "

@@ -142,6 +142,29 @@ TEST_CASE("on the emulator a kernel runs its registered CPU implementation",
   REQUIRE(register_kernel("add_one", nullptr, nullptr, nullptr, 0) == 0);
 }
 
+// As LibraryKernel's: custream refuses before the driver could truncate or misread, naming its
+// own operation (it called no driver entry).
+TEST_CASE("module kernels: shared memory over 32 bits and unreadable files are refused",
+          "[gpu][kernel]") {
+  REQUIRE_DRIVER();
+  Stream s(custream::StreamFlags::non_blocking);
+  Module m = Module::from_ptx(kPtx);
+  Kernel add_one = m.kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  const std::size_t huge = (std::size_t{1} << 32) + 16;  // 16 once truncated to 32 bits
+  for (const char* text : {"custream::Kernel::launch", "4294967312", "4294967295"}) {
+    custream_test::expect_error([&] { add_one.launch(s, {1}, {1}, huge, data.get(), 1u); },
+                                CUDA_ERROR_INVALID_VALUE, text);
+  }
+  for (const char* text : {"custream::Module::from_file", "/tmp", "Is a directory"}) {
+    custream_test::expect_error([] { (void)Module::from_file("/tmp"); },
+                                CUDA_ERROR_FILE_NOT_FOUND, text);
+  }
+  custream_test::expect_error([] { (void)Module::from_file("/no/such/module.ptx"); },
+                              CUDA_ERROR_FILE_NOT_FOUND, "No such file or directory");
+  s.synchronize();
+}
+
 TEST_CASE("a PTX kernel launched with typed arguments", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);

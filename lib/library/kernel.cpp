@@ -57,7 +57,8 @@ void load_param_sizes(KernelState& state, const StreamRef& stream) {
   for (std::size_t i = 0; i < state.param_sizes.size(); ++i) {
     layout += (i == 0 ? "" : ", ") + std::to_string(state.param_sizes[i]);
   }
-  throw Error(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "kernel \"" + state.name + "\"",
+  throw Error(CUDA_ERROR_INVALID_VALUE, "custream::LibraryKernel::launch",
+              "kernel \"" + state.name + "\"",
               std::move(why) + "; its parameters take " +
                   (layout.empty() ? std::string("no bytes") : layout + " bytes") +
                   " (custream refused the launch without calling the driver)");
@@ -106,7 +107,7 @@ namespace {
 }  // namespace
 
 CUfunction LibraryKernel::function(const Context& context) const {
-  if (state_ == nullptr) refuse_empty_kernel("cuKernelGetFunction");
+  if (state_ == nullptr) refuse_empty_kernel("custream::LibraryKernel::function");
   detail::nonempty(context, "custream::LibraryKernel::function");  // before it is read
   detail::note_exposed(*library_.owner_.get());  // may now be launched raw (invariant 5)
   return resolve(context);
@@ -134,7 +135,7 @@ CUfunction LibraryKernel::resolve(const Context& context) const {
 }
 
 CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
-  if (state_ == nullptr) refuse_empty_kernel("cuLaunchKernel");
+  if (state_ == nullptr) refuse_empty_kernel("custream::LibraryKernel::launch");
   const int device = stream.device_id();
   if (device >= 0 && stream.context_kind() == ContextKind::primary) {
     if (CUfunction f = state_->primary[device].load(std::memory_order_acquire)) return f;  // 3
@@ -168,7 +169,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 bloc
                                    std::size_t shared_bytes, void** params,
                                    const std::size_t* sizes, std::size_t count) const {
   if (shared_bytes > detail::kMaxSharedBytes) {  // invariant 7: refused before any driver call
-    detail::refuse_shared_bytes("cuLaunchKernel", stream, "library kernel \"" + name() + "\"",
+    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream, "library kernel \"" + name() + "\"",
                                 shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);
@@ -187,7 +188,7 @@ void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& 
                                    void** params, const std::size_t* sizes,
                                    std::size_t count) const {
   if (config.shared_bytes > detail::kMaxSharedBytes) {  // before prepare() calls the driver
-    detail::refuse_shared_bytes("cuLaunchKernelEx", stream, "library kernel \"" + name() + "\"",
+    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream, "library kernel \"" + name() + "\"",
                                 config.shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);

@@ -2,10 +2,6 @@
 // JIT logs of lazy loads, unloading. Design: docs/design/libraries.md.
 #include "custream/library.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -72,39 +68,6 @@ void keep_jit_logs(LibraryOwner& owner, JitLogs& logs) {
   owner.jit_info_log = logs.info;
 }
 
-// The bytes of the file at `path`, NUL-terminated (PTX needs it; images ignore it).
-// @throws Error naming the path and the system's reason when it cannot be read.
-std::string read_library_file(const std::string& path) {
-  const auto refuse = [&](int error) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, "custream::Library::from_file", "file \"" + path + "\"",
-                "cannot read it: " + std::generic_category().message(error) +
-                    " (custream did not call the driver)");
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) refuse(errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) refuse(errno);
-  if (S_ISDIR(st.st_mode)) refuse(EISDIR);
-  std::string bytes;
-  if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<std::size_t>(st.st_size) + 1);
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      refuse(errno);
-    }
-    bytes.append(buffer, static_cast<std::size_t>(n));
-  }
-  bytes.push_back('\0');
-  return bytes;
-}
-
 }  // namespace
 }  // namespace detail
 
@@ -155,7 +118,7 @@ Library Library::from_image(const void* image, std::size_t bytes, LibraryCache c
 }
 
 Library Library::from_file(const std::string& path, LibraryCache cache) {
-  const std::string bytes = detail::read_library_file(path);
+  const std::string bytes = detail::read_image_file(path, "custream::Library::from_file");
   return load(bytes.data(), bytes.size(), cache, ("file " + path).c_str());
 }
 
