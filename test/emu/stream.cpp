@@ -1,6 +1,7 @@
 // Streams: FIFO workers, legacy/per-thread default streams, the shared callback thread,
 // stream queries and host functions.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "emu.hpp"
@@ -443,6 +444,9 @@ CUresult enqueue(Stream* st, Work w, std::function<void()> run, SignalPtr* done_
     if (w.cb) op.abandon = [w](CUresult fault) { run_host_work(w, fault); };
   } else {
     op.run = [w] { execute_data_work(w); };
+    // cuMemFreeAsync's memory is already unregistered: abandoned, it is still released (a dead
+    // context's memory goes with it).
+    if (w.free_memory) op.abandon = [w](CUresult) { std::free(reinterpret_cast<void*>(w.dst)); };
   }
   if (done_out) {
     op.done = std::make_shared<Signal>();
