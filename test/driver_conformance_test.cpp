@@ -5417,8 +5417,7 @@ TEST_CASE("sticky child: work queued behind a kernel fault", "[.][sticky-child]"
   if (!std::getenv(kStickyChildEnv)) CUSTREAM_SKIP("runs in the child of the [sticky] case");
   REQUIRE_MEMOPS();
   if (driver().emulated) {
-    auto reg =
-        emu_control<decltype(&custream_emu_register_kernel)>("custream_emu_register_kernel");
+    auto reg = emu_control<decltype(&custream_emu_register_kernel)>("custream_emu_register_kernel");
     REQUIRE(reg != nullptr);
     REQUIRE(reg("fault_store", cpu_fault_store, nullptr, nullptr, 0) == 0);
   }
@@ -5466,11 +5465,11 @@ TEST_CASE("sticky child: work queued behind a kernel fault", "[.][sticky-child]"
   CU_EQ(api().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
   store_word<uint32_t>(m.p, 4, 1);
   std::this_thread::sleep_for(300ms);
-  CHECK(word(8) == 0u);   // the memset after the kernel did not run
-  CHECK(word(10) == 0u);  // nor the write
-  CHECK(word(12) == 0u);  // nor the copy
-  CHECK(word(14) == 0u);  // nor another stream's work queued before the fault
-  CHECK(word(15) == 4u);  // work done before the fault stays done
+  CHECK(word(8) == 0u);          // the memset after the kernel did not run
+  CHECK(word(10) == 0u);         // nor the write
+  CHECK(word(12) == 0u);         // nor the copy
+  CHECK(word(14) == 0u);         // nor another stream's work queued before the fault
+  CHECK(word(15) == 4u);         // work done before the fault stays done
   CHECK(host_runs.load() == 0);  // host functions queued behind the fault never run
   CU_CHECK_EQ(api().cuStreamQuery(s), CUDA_ERROR_ILLEGAL_ADDRESS);
   CU_CHECK_EQ(api().cuStreamQuery(s2), CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -5527,12 +5526,11 @@ TEST_CASE("cuCtxCreate accepts the documented flags and refuses unknown bits",
   CU_OK(api().cuCtxGetCurrent(&before));
   const std::vector<std::string> ok(4, "CUDA_SUCCESS");
   const std::vector<std::string> invalid(4, "CUDA_ERROR_INVALID_VALUE");
-  for (unsigned flags :
-       {0u, unsigned{CU_CTX_SCHED_SPIN}, unsigned{CU_CTX_SCHED_YIELD},
-        unsigned{CU_CTX_SCHED_BLOCKING_SYNC}, unsigned{CU_CTX_MAP_HOST},
-        unsigned{CU_CTX_LMEM_RESIZE_TO_MAX}, unsigned{CU_CTX_SYNC_MEMOPS},
-        unsigned{CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
-                 CU_CTX_SYNC_MEMOPS}}) {
+  for (unsigned flags : {0u, unsigned{CU_CTX_SCHED_SPIN}, unsigned{CU_CTX_SCHED_YIELD},
+                         unsigned{CU_CTX_SCHED_BLOCKING_SYNC}, unsigned{CU_CTX_MAP_HOST},
+                         unsigned{CU_CTX_LMEM_RESIZE_TO_MAX}, unsigned{CU_CTX_SYNC_MEMOPS},
+                         unsigned{CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST |
+                                  CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS}}) {
     INFO("flags " << flags);
     CHECK(ctx_create_results(flags) == ok);
   }
@@ -5543,4 +5541,52 @@ TEST_CASE("cuCtxCreate accepts the documented flags and refuses unknown bits",
   CUcontext after = nullptr;
   CU_OK(api().cuCtxGetCurrent(&after));
   CHECK(after == before);  // nothing refused was pushed, everything made was popped
+}
+
+TEST_CASE("emulator: a fault abandons queued work in-process; clearing it lets later work run",
+          "[emu-only][sticky]") {
+  REQUIRE_EMULATOR();
+  REQUIRE_MEMOPS();
+  auto sticky =
+      emu_control<decltype(&custream_emu_set_sticky_error)>("custream_emu_set_sticky_error");
+  auto idle = emu_control<decltype(&custream_emu_wait_idle)>("custream_emu_wait_idle");
+  auto live = emu_control<decltype(&custream_emu_live_objects)>("custream_emu_live_objects");
+  REQUIRE(sticky);
+  REQUIRE(idle);
+  REQUIRE(live);
+  PrimaryScope scope;
+  HostMapped m(64);
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  AtExit clear{[&] {
+    sticky(CUDA_SUCCESS);
+    store_word<uint32_t>(m.p, 0, 1);
+    idle(5000);
+  }};
+  const long before = live();
+  CUdeviceptr async = 0;
+  CU_OK(api().cuMemAllocAsync(&async, 64, s.s));
+  std::atomic<int> host_runs{0};
+  std::function<void()> count = [&host_runs] { ++host_runs; };
+  static std::atomic<int> callback_status{-1};
+  callback_status = -1;
+  CU_OK(api().cuStreamWaitValue32(s.s, m.d, 1, CU_STREAM_WAIT_VALUE_EQ));
+  CU_OK(launch(s.s, &count));
+  CU_OK(api().cuStreamAddCallback(
+      s.s, [](CUstream, CUresult r, void*) { callback_status = static_cast<int>(r); }, nullptr, 0));
+  CU_OK(api().cuMemFreeAsync(async, s.s));  // abandoned, its memory is still released
+  CU_OK(api().cuStreamWriteValue32(s.s, m.d + 8, 5, 0));
+  sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
+  store_word<uint32_t>(m.p, 0, 1);
+  CHECK(idle(5000) == 1);
+  CHECK(host_runs.load() == 0);
+  CHECK(callback_status.load() == static_cast<int>(CUDA_ERROR_ILLEGAL_ADDRESS));  // cuda.h
+  CHECK(load_word<uint32_t>(m.p, 8) == 0u);
+  CHECK(live() == before);  // the allocation went with cuMemFreeAsync (LeakSanitizer: freed)
+  sticky(CUDA_SUCCESS);
+  // A test convenience a GPU lacks: cleared, the context runs work again.
+  CU_OK(api().cuStreamWriteValue32(s.s, m.d + 8, 6, 0));
+  CU_OK(launch(s.s, &count));
+  CU_OK(api().cuStreamSynchronize(s.s));
+  CHECK(load_word<uint32_t>(m.p, 8) == 6u);
+  CHECK(host_runs.load() == 1);
 }
