@@ -5378,6 +5378,15 @@ constexpr const char* kFaultPtx = R"(
 }
 )";
 
+// Status of the last callback (cuStreamAddCallback) that ran, and how many ran.
+std::atomic<int> g_callback_status{-1};
+std::atomic<int> g_callback_runs{0};
+
+void CUDA_CB record_fault_callback(CUstream, CUresult status, void*) {
+  g_callback_status = static_cast<int>(status);
+  ++g_callback_runs;
+}
+
 void cpu_fault_store(const custream_emu_kernel_launch*) {
   emu_control<decltype(&custream_emu_set_sticky_error)>("custream_emu_set_sticky_error")(
       CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -5449,6 +5458,7 @@ TEST_CASE("sticky child: work queued behind a kernel fault", "[.][sticky-child]"
   CU_OK(api().cuLaunchKernel(fault, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr));
   CU_OK(api().cuMemsetD32Async(m.d + 4 * 8, 7, 1, s));
   CU_OK(launch(s, &count));
+  CU_OK(api().cuStreamAddCallback(s, record_fault_callback, nullptr, 0));
   CU_OK(api().cuEventRecord(ev, s));
   CU_OK(api().cuStreamWriteValue32(s, m.d + 4 * 10, 9, 0));
   CU_OK(api().cuMemcpyDtoHAsync(static_cast<char*>(m.p) + 4 * 12, seven.p, 4, s));
@@ -5471,6 +5481,9 @@ TEST_CASE("sticky child: work queued behind a kernel fault", "[.][sticky-child]"
   CHECK(word(14) == 0u);         // nor another stream's work queued before the fault
   CHECK(word(15) == 4u);         // work done before the fault stays done
   CHECK(host_runs.load() == 0);  // host functions queued behind the fault never run
+  // A callback runs once, with the error (cuda.h; as the H100, driver 580.159.04).
+  CHECK(g_callback_runs.load() == 1);
+  CHECK(g_callback_status.load() == static_cast<int>(CUDA_ERROR_ILLEGAL_ADDRESS));
   CU_CHECK_EQ(api().cuStreamQuery(s), CUDA_ERROR_ILLEGAL_ADDRESS);
   CU_CHECK_EQ(api().cuStreamQuery(s2), CUDA_ERROR_ILLEGAL_ADDRESS);
   CU_CHECK_EQ(api().cuStreamSynchronize(s2), CUDA_ERROR_ILLEGAL_ADDRESS);
