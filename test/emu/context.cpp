@@ -372,7 +372,7 @@ CUresult ctx_synchronize_impl(Context* c) {
   }
   if (refused) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   context_wait(lk, c);
-  return CUDA_SUCCESS;
+  return sticky_error();  // a fault while it waited (invariant 13)
 }
 
 CUresult ctx_synchronize() {
@@ -386,10 +386,19 @@ CUresult ctx_synchronize_v2(CUcontext ctx) {
   return ctx_synchronize_impl(c);
 }
 
+// cuCtxCreate's flags (cuda.h, CUctx_flags): bits of CU_CTX_FLAGS_MASK only, and at most one
+// scheduling policy.
+bool valid_ctx_flags(unsigned flags) {
+  if (flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) return false;
+  const unsigned sched = flags & CU_CTX_SCHED_MASK;
+  return (sched & (sched - 1)) == 0;  // AUTO, SPIN, YIELD or BLOCKING_SYNC
+}
+
 // cuCtxCreate: a new context of `dev`, pushed onto the calling thread's stack (as the
-// driver does), with its own legacy stream.
+// driver does), with its own legacy stream. Flags it does not know: CUDA_ERROR_INVALID_VALUE,
+// as the driver.
 CUresult ctx_create_impl(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!pctx || !valid_ctx_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (t_stack.size == ContextStack::kCapacity) return CUDA_ERROR_OUT_OF_MEMORY;  // 64 deep
   State& s = state();
@@ -540,18 +549,45 @@ std::vector<Context*> covered_contexts(Context* ctx) {
   return out;
 }
 
-void context_wait(std::unique_lock<std::mutex>& lk, Context* ctx) {
-  std::vector<SignalPtr> tails;
-  for (Context* c : covered_contexts(ctx)) {
-    if (c->legacy->tail) tails.push_back(c->legacy->tail);
-    for (Stream* st : c->streams)
-      if (st->tail) tails.push_back(st->tail);
-  }
+namespace {
+
+// Adds the completions of the work enqueued so far on c's streams, its destroyed streams'
+// included, to tails (mu held; pruning the retired ones that are done).
+void add_outstanding_work(Context* c, std::vector<SignalPtr>& tails) {
+  if (c->legacy->tail) tails.push_back(c->legacy->tail);
+  for (Stream* st : c->streams)
+    if (st->tail) tails.push_back(st->tail);
+  auto& r = c->retired;
+  r.erase(std::remove_if(r.begin(), r.end(), [](const SignalPtr& p) { return p->done; }), r.end());
+  tails.insert(tails.end(), r.begin(), r.end());
+}
+
+void wait_for(std::unique_lock<std::mutex>& lk, const std::vector<SignalPtr>& tails) {
   state().cv.wait(lk, [&] {
     for (const auto& t : tails)
       if (!t->done) return false;
     return true;
   });
+}
+
+}  // namespace
+
+void context_wait(std::unique_lock<std::mutex>& lk, Context* ctx) {
+  std::vector<SignalPtr> tails;
+  for (Context* c : covered_contexts(ctx)) add_outstanding_work(c, tails);
+  wait_for(lk, tails);
+}
+
+void wait_all_contexts(std::unique_lock<std::mutex>& lk) {
+  State& s = state();
+  std::vector<SignalPtr> tails;
+  for (Context* c : s.primary) add_outstanding_work(c, tails);
+  {
+    std::lock_guard<std::mutex> clk(s.ctx_mu);  // created and green contexts (invariant 8)
+    for (const void* p : s.contexts)
+      add_outstanding_work(static_cast<Context*>(const_cast<void*>(p)), tails);
+  }
+  wait_for(lk, tails);
 }
 
 void register_context_entries(std::vector<Entry>& out) {

@@ -58,6 +58,15 @@
 //     stream did before; a wait re-reads the word on the worker (acquire loads, no lock held)
 //     until its condition holds: it holds back that stream and whatever waits for it, never
 //     the emulator.
+// 13. A device fault (the sticky error, custream_emu_set_sticky_error, which a kernel's CPU
+//     implementation may set at its place in stream order) kills the work not yet started:
+//     a worker that reaches an Op while the error is set completes it without running it
+//     (Op::abandon instead: a cuStreamAddCallback callback gets the error; host functions,
+//     kernels, copies, memory operations and event records never run), and the synchronizing
+//     calls that waited answer the error. A destroyed stream's pending work runs on (unless
+//     abandoned) and stays covered by its context's waits (Context::retired): cuMemFree and
+//     cuMemFreeHost wait for every stream of every context, destroyed ones' included, so no
+//     queued work touches freed memory.
 #pragma once
 
 #include <cuda.h>
@@ -163,13 +172,16 @@ void execute_data_work(const Work& w);
 /// Runs a stream memory operation (memops.cpp): a release store of the value, or a wait that
 /// re-reads the word (acquire loads) until the condition holds.
 void run_mem_op(const Work& w);
-/// Runs a host Work on the shared callback thread and returns when it has run.
-/// Must be called without State::mu held.
-void run_host_work(const Work& w);
+/// Runs a host Work on the shared callback thread and returns when it has run; a callback gets
+/// `status`. Must be called without State::mu held.
+void run_host_work(const Work& w, CUresult status = CUDA_SUCCESS);
 
 struct Op {
   std::vector<SignalPtr> deps;
   std::function<void()> run;  // runs without mu held
+  /// Runs instead of `run` when the Op is reached after a device fault (invariant 13): a
+  /// cuStreamAddCallback callback is called with the error; nothing else runs.
+  std::function<void(CUresult)> abandon;
   SignalPtr done;
 };
 
@@ -208,6 +220,9 @@ struct Context {
   /// cuCtxWaitEvent / cuGreenCtxWaitEvent: signals every later Op on the context's streams
   /// waits for (done ones are pruned by push_op).
   std::vector<SignalPtr> waits;
+  /// Completions of the last Ops of its destroyed streams, queued when they were destroyed
+  /// (invariant 13): cuCtxSynchronize and the frees wait for them too (done ones are pruned).
+  std::vector<SignalPtr> retired;
   bool destroyed = false;  // invariant 8: written with mu and ctx_mu held
 };
 
@@ -333,8 +348,14 @@ Context* resource_owner(Context* ctx);
 /// ctx, and for a primary context its live green contexts' (mu held): the contexts whose work
 /// cuCtxSynchronize, cuCtxRecordEvent and cuCtxWaitEvent on ctx cover.
 std::vector<Context*> covered_contexts(Context* ctx);
-/// Waits (releasing the lock) until the work enqueued so far on ctx's streams has completed.
+/// Waits (releasing the lock) until the work enqueued so far on ctx's streams (the destroyed
+/// ones' included) has completed.
 void context_wait(std::unique_lock<std::mutex>& lk, Context* ctx);
+/// Waits (releasing the lock) until the work enqueued so far on every stream of every context
+/// (destroyed streams' included) has completed: what a free waits for (invariant 13).
+void wait_all_contexts(std::unique_lock<std::mutex>& lk);
+/// Keeps a destroyed stream's last Op in its context's Context::retired while it is pending.
+void retire_stream(Stream* st);
 /// Creates a stream of ctx (mu not held): cuStreamCreate*, cuGreenCtxStreamCreate.
 CUresult create_stream_in(Context* ctx, CUstream* ph, unsigned flags, int priority);
 /// Takes a stream out of its capture as destroying it does: the capture is discarded when the
@@ -379,6 +400,8 @@ void destroy_graph(Graph* g);
 Graph* new_graph();
 /// Fault injection: CUDA_SUCCESS or the injected failure for this entry point.
 CUresult check_fault(const char* name) noexcept;
+/// The sticky error (custream_emu_set_sticky_error), or CUDA_SUCCESS (no lock needed).
+CUresult sticky_error() noexcept;
 /// Calls f on a new detached thread (user-object destructors).
 void run_detached(std::function<void()> f);
 /// Counts a user-object destructor that ran (for emu_control.h).

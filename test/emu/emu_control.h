@@ -114,3 +114,17 @@ long long custream_emu_green_context_bytes(void);
 #endif
 
 #endif /* CUSTREAM_EMU_CONTROL_H */
+
+/* ---- Device faults ----
+ * custream_emu_set_sticky_error(result) with result != CUDA_SUCCESS is a device fault, as a
+ * kernel's illegal address on a GPU: besides failing every later call, it kills the stream
+ * work of every context that has not started yet. That work never runs (kernels, memsets,
+ * copies, memory operations, event records, cuLaunchHostFunc host functions); a
+ * cuStreamAddCallback callback is still called once, with `result` as its status (cuda.h).
+ * Synchronizing calls that were waiting answer `result`. Work already running finishes. A
+ * kernel's CPU implementation (custream_emu_kernel_fn) may call it to fault at its place in
+ * stream order. Clearing it (CUDA_SUCCESS, custream_emu_reset) lets work reached afterwards
+ * run again, unlike a real context, which stays dead.
+ *
+ * Frees (cuMemFree, cuMemFreeHost) wait for the work queued so far on every stream of every
+ * context, including streams destroyed while their work was still queued. */

@@ -126,7 +126,7 @@ CUresult event_synchronize(CUevent h) {
   if (!e->state->recorded) return CUDA_SUCCESS;
   SignalPtr sig = e->state->sig;
   s.cv.wait(lk, [&] { return sig->done; });
-  return CUDA_SUCCESS;
+  return sticky_error();  // a fault while it waited (invariant 13)
 }
 
 CUresult event_elapsed_time(float* ms, CUevent hstart, CUevent hend) {

@@ -15,6 +15,7 @@ struct Faults {
   std::mutex mu;
   std::atomic<bool> any{false};
   CUresult sticky = CUDA_SUCCESS;
+  std::atomic<CUresult> sticky_now{CUDA_SUCCESS};  // sticky, read without mu by the workers
   // name -> list of (calls left before failing, result)
   std::map<std::string, std::vector<std::pair<int, CUresult>>> pending;
   // Calls per entry point while counting (custream_emu_count_calls).
@@ -119,6 +120,8 @@ CUresult check_fault(const char* name) noexcept {
   return hit;
 }
 
+CUresult sticky_error() noexcept { return faults().sticky_now.load(std::memory_order_acquire); }
+
 void note_destructor_run() { g_destructors_run.fetch_add(1); }
 
 void run_detached(std::function<void()> fn) {
@@ -146,6 +149,7 @@ EMU_EXPORT void custream_emu_set_sticky_error(CUresult result) {
   emu::Faults& f = emu::faults();
   std::lock_guard<std::mutex> lk(f.mu);
   f.sticky = result;
+  f.sticky_now.store(result, std::memory_order_release);
   f.any.store(result != CUDA_SUCCESS || !f.pending.empty() || f.counting);
 }
 
@@ -153,6 +157,7 @@ EMU_EXPORT void custream_emu_reset(void) {
   emu::Faults& f = emu::faults();
   std::lock_guard<std::mutex> lk(f.mu);
   f.sticky = CUDA_SUCCESS;
+  f.sticky_now.store(CUDA_SUCCESS, std::memory_order_release);
   f.pending.clear();
   f.any.store(f.counting);
 }

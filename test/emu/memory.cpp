@@ -39,24 +39,10 @@ CUresult mem_alloc_v1(CUdeviceptr_v1* dptr, unsigned int) {
   return CUDA_ERROR_NOT_SUPPORTED;  // 32-bit device pointers cannot hold host addresses
 }
 
-// Waits (releasing the lock) for the work submitted so far to every stream: a free
-// synchronises with outstanding work, which may still use the memory.
-void wait_outstanding_work(std::unique_lock<std::mutex>& lk) {
-  State& s = state();
-  std::vector<SignalPtr> tails;
-  for (Context* primary : s.primary) {
-    for (Context* c : covered_contexts(primary)) {  // with its green contexts
-      if (c->legacy->tail) tails.push_back(c->legacy->tail);
-      for (Stream* st : c->streams)
-        if (st->tail) tails.push_back(st->tail);
-    }
-  }
-  s.cv.wait(lk, [&] {
-    for (const auto& t : tails)
-      if (!t->done) return false;
-    return true;
-  });
-}
+// Waits (releasing the lock) for the work submitted so far to every stream of every context,
+// destroyed streams' included: a free synchronises with outstanding work, which may still use
+// the memory (invariant 13).
+void wait_outstanding_work(std::unique_lock<std::mutex>& lk) { wait_all_contexts(lk); }
 
 CUresult mem_free(CUdeviceptr p) {
   EMU_ENTER("cuMemFree");
@@ -220,8 +206,9 @@ CUresult submit(CUstream h, const Work& w, bool wait) {
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   if (CUresult r = enqueue(st, w)) return r;
-  if (wait) stream_wait(lk, st);
-  return CUDA_SUCCESS;
+  if (!wait) return CUDA_SUCCESS;
+  stream_wait(lk, st);
+  return sticky_error();  // a fault while it waited (invariant 13)
 }
 
 CUresult memset_d8_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h) {

@@ -1,6 +1,7 @@
 // Streams: FIFO workers, legacy/per-thread default streams, the shared callback thread,
 // stream queries and host functions.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "emu.hpp"
@@ -43,6 +44,7 @@ struct PerThreadStreams {
         if (st->capture->origin == st) st->capture->origin = nullptr;
         st->capture.reset();
       }
+      retire_stream(st);
       st->destroyed = true;
       if (!st->worker_running) delete st;
     }
@@ -74,8 +76,14 @@ void worker_loop(Stream* st) {
       return true;
     });
     lk.unlock();
-    if (op.run) op.run();
+    // After a device fault the work not yet started never runs (invariant 13).
+    if (const CUresult fault = sticky_error()) {
+      if (op.abandon) op.abandon(fault);
+    } else if (op.run) {
+      op.run();
+    }
     op.run = nullptr;
+    op.abandon = nullptr;
     op.deps.clear();
     const auto when = Clock::now();
     lk.lock();
@@ -139,6 +147,7 @@ CUresult stream_destroy(CUstream h) {
   auto& v = st->ctx->streams;
   v.erase(std::remove(v.begin(), v.end(), st), v.end());
   leave_capture(st);  // as on the H200: a capture it originated goes, with its payloads
+  retire_stream(st);  // its queued work runs on; cuCtxSynchronize and frees wait for it
   st->destroyed = true;
   s.live.fetch_sub(1);
   if (!st->worker_running) delete st;  // else the worker frees it after draining
@@ -237,7 +246,7 @@ CUresult stream_synchronize(CUstream h) {
   if (CUresult r = resolve_for_use(h, &st)) return r;
   if (CUresult r = capture_unsafe(st)) return r;
   stream_wait(lk, st);
-  return CUDA_SUCCESS;
+  return sticky_error();  // a fault while it waited (invariant 13)
 }
 
 CUresult stream_add_callback(CUstream h, CUstreamCallback cb, void* arg, unsigned int flags) {
@@ -306,7 +315,7 @@ void leave_capture(Stream* st) {
   }
 }
 
-void run_host_work(const Work& w) {
+void run_host_work(const Work& w, CUresult status) {
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   if (!s.callback_thread_started) {
@@ -316,9 +325,9 @@ void run_host_work(const Work& w) {
   bool done = false;
   State::CallbackJob job;
   job.done = &done;
-  job.fn = [&w] {
+  job.fn = [&w, status] {
     if (w.cb) {
-      w.cb(w.cb_stream, CUDA_SUCCESS, w.arg);
+      w.cb(w.cb_stream, status, w.arg);
     } else if (w.fn) {
       w.fn(w.arg);
     }
@@ -430,8 +439,14 @@ CUresult enqueue(Stream* st, Work w, std::function<void()> run, SignalPtr* done_
     op.run = std::move(run);
   } else if (w.type == CU_GRAPH_NODE_TYPE_HOST) {
     op.run = [w] { run_host_work(w); };
+    // cuda.h: a callback is called exactly once, with the error after a device fault; a host
+    // function is not called then.
+    if (w.cb) op.abandon = [w](CUresult fault) { run_host_work(w, fault); };
   } else {
     op.run = [w] { execute_data_work(w); };
+    // cuMemFreeAsync's memory is already unregistered: abandoned, it is still released (a dead
+    // context's memory goes with it).
+    if (w.free_memory) op.abandon = [w](CUresult) { std::free(reinterpret_cast<void*>(w.dst)); };
   }
   if (done_out) {
     op.done = std::make_shared<Signal>();
@@ -442,6 +457,10 @@ CUresult enqueue(Stream* st, Work w, std::function<void()> run, SignalPtr* done_
 }
 
 bool stream_idle(Stream* st) { return pending_signals(st).empty(); }
+
+void retire_stream(Stream* st) {
+  if (st->tail && !st->tail->done) st->ctx->retired.push_back(st->tail);
+}
 
 void stream_wait(std::unique_lock<std::mutex>& lk, Stream* st) {
   auto sigs = pending_signals(st);
