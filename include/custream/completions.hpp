@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "custream/stream.hpp"
 #include "custream/stream_ref.hpp"
 
 namespace custream {
@@ -49,6 +50,10 @@ struct CompletionTask {
   std::uint64_t* word = nullptr;  // host-mapped, written 1 by the stream at registration
   bool pooled = false;            // the event returns to its device's pool
   bool immediate = false;  // runs on the completion thread whatever the delivery (no user code)
+  // A registration on a Stream of a created or green context: a copy of it, which keeps the
+  // stream and its owned context alive until the callable is destroyed and the event with it
+  // (docs/design/completions.md, invariant 14). Null for every other registration.
+  Stream* keep = nullptr;
   CompletionTask* next = nullptr;
 };
 
@@ -275,9 +280,32 @@ class Completions {
     }
   }
 
+  /// when_done(StreamRef, callback) on a Stream. A Stream of a created or green context is
+  /// kept (a copy of it, holding the stream and the Context it owns) until the callback has run
+  /// and the registration's event is destroyed, so the Stream and its Context may be dropped
+  /// while the registration is pending; a primary context's stream needs nothing kept (its
+  /// context is never released, and a stream destroyed with work pending finishes it), and is
+  /// registered as a StreamRef is, at the same cost. @throws as when_done(StreamRef, F).
+  template <typename F>
+  void when_done(const Stream& stream, F&& callback) {
+    if (stream.context_kind() == ContextKind::primary) {
+      when_done(static_cast<const StreamRef&>(stream), std::forward<F>(callback));
+    } else if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
+      when_done(stream, static_cast<std::decay_t<F>>(callback));  // a function: its pointer
+    } else {
+      static_assert(std::is_invocable_v<std::decay_t<F>&> ||
+                        std::is_invocable_v<std::decay_t<F>&, CUresult>,
+                    "a completion callback takes nothing or the stream's CUresult");
+      register_kept(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
+    }
+  }
+
   /// A future that becomes ready once the work enqueued so far on `stream` is done, or holds an
   /// Error naming the stream when it failed. @throws as when_done.
   std::future<void> future(const StreamRef& stream);
+  /// future(StreamRef) on a Stream, which the registration keeps as when_done(Stream, F) does.
+  /// @throws as when_done.
+  std::future<void> future(const Stream& stream);
 
   /// For CompletionDelivery::caller: a Linux eventfd (non-blocking, close-on-exec, owned by
   /// this object) that is readable while callbacks are ready for run_ready(); -1 with thread
@@ -293,6 +321,7 @@ class Completions {
   friend detail::CompletionWakes detail::completion_wakes(const Completions& c) noexcept;
   friend std::thread::id detail::completion_thread(const Completions& c) noexcept;
   void register_task(const StreamRef& stream, detail::CompletionTask* task);
+  void register_kept(const Stream& stream, detail::CompletionTask* task);
   void register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
                        void (*construct)(void* storage, void* source) noexcept, void* source);
   std::unique_ptr<detail::CompletionEngine> engine_;
