@@ -183,8 +183,11 @@ struct CompletionOptions {
   /// just recorded it); the watcher spins through that microsecond whatever `spin`.
   std::chrono::microseconds spin{2000};
   /// While spinning, how long the watcher waits between two passes over the pending events
-  /// that found none complete (busy, without driver calls): longer leaves the driver more to the
-  /// threads that enqueue, at the cost of as much latency.
+  /// that found none complete (without driver calls): longer leaves the driver more to the
+  /// threads that enqueue, at the cost of as much latency. The pauses grow to it from a
+  /// microsecond after new work or a completion (doubling each pass that finds nothing), so
+  /// work already done when registered is told without waiting an interval; a pause over
+  /// 50 µs is a sleep that a registration or the destructor ends.
   std::chrono::nanoseconds poll_interval{500};
   /// Whether the watcher, before it sleeps with nothing pending, may make every running thread
   /// of the process pass a memory barrier (Linux `membarrier`, an interrupt to each CPU running
@@ -228,8 +231,13 @@ struct CompletionOptions {
 /// Registration on a capturing stream is refused (the notification would be a node of the
 /// graph, not of this launch): register after `graph.launch(stream)`, or put a host function in
 /// the graph. Destroying a Completions waits for every pending registration and runs it (on the
-/// destroying thread for CompletionDelivery::caller), so none is lost or run twice; a stream
-/// may be destroyed with registrations pending (they run when its work is done).
+/// destroying thread for CompletionDelivery::caller, also what those callbacks register, and
+/// also when destroyed from one of its callbacks), so none is lost or run twice; a stream may
+/// be destroyed with registrations pending (they run when its work is done), and a registration
+/// on a Stream of a created or green context keeps that stream and its owned Context until it
+/// ran. fork(): in the child, a Completions made before the fork has no watcher thread (and the
+/// child's driver is unusable): it refuses registrations (Error, CUDA_ERROR_NOT_PERMITTED), and
+/// destroying it abandons what was pending, without waiting.
 /// Thread-safe: any thread may register. The first thread to register hands its registrations
 /// to the watcher on a ring of its own, with plain stores; with thread delivery a callable of
 /// at most 16 bytes, aligned to at most 8 and moved without throwing, is made in the ring and
@@ -248,8 +256,10 @@ class Completions {
   Completions& operator=(const Completions&) = delete;
 
   /// The process-wide engine (thread delivery), made on first use and never destroyed; at
-  /// process exit its watcher stops, and registrations still pending are abandoned (neither
-  /// run nor destroyed: their work may still be running).
+  /// process exit (an atexit handler) its watcher stops, and registrations still pending are
+  /// abandoned (neither run nor destroyed: their work may still be running). A callback may
+  /// call exit(). Registrations after that handler ran (a later atexit handler, a static
+  /// object's destructor) throw Error (CUDA_ERROR_DEINITIALIZED) rather than never complete.
   static Completions& standard();
 
   /// Calls `callback` (`void()` or `void(CUresult)`) once the work enqueued so far on `stream`
@@ -258,7 +268,10 @@ class Completions {
   /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) saying what to do when the stream
   /// captures (also a capture begun by foreign code); Error naming the stream when the driver
   /// refuses the record or the write, or (CUDA_ERROR_INVALID_CONTEXT) when a special handle has no
-  /// current context. The callback is destroyed, not run, when this throws.
+  /// current context; Error (CUDA_ERROR_NOT_PERMITTED) in the child of a fork() for an engine
+  /// made before it, (CUDA_ERROR_DEINITIALIZED) on standard() after its exit handler. The
+  /// callback is destroyed, not run, when this throws. A StreamRef keeps nothing alive: register
+  /// on the Stream (below) to keep a created or green context's stream until the callback ran.
   template <typename F>
   void when_done(const StreamRef& stream, F&& callback) {
     static_assert(
