@@ -1388,10 +1388,10 @@ TEST_CASE("completions: a registration keeps its created or green context until 
   const bool green = GENERATE(false, true);
   const CompletionDelivery delivery =
       GENERATE(CompletionDelivery::thread, CompletionDelivery::caller);
-  UNSCOPED_INFO((green ? "green" : "created") << " context, "
-                                              << (delivery == CompletionDelivery::thread
-                                                      ? "thread delivery"
-                                                      : "caller delivery"));
+  UNSCOPED_INFO(
+      (green ? "green" : "created")
+      << " context, "
+      << (delivery == CompletionDelivery::thread ? "thread delivery" : "caller delivery"));
   if (!green && api.cuCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no cuCtxCreate");
   if (green && api.cuGreenCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no green contexts");
   const long live_before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
@@ -1439,7 +1439,8 @@ TEST_CASE("completions: a registration keeps its created or green context until 
   CHECK_NOTHROW(f.get());
   CHECK(Tracked::made.load() == Tracked::gone.load());
   for (const std::string& r : reported) FAIL_CHECK("host-function error: " << r);
-  for (const custream::ReleaseError& e : releases.seen()) FAIL_CHECK("release error: " << e.message());
+  for (const custream::ReleaseError& e : releases.seen())
+    FAIL_CHECK("release error: " << e.message());
   if (custream_test::emulated()) {  // the context and its stream went after the registrations
     CHECK(eventually([&] { return custream_test::emu_live_objects() == live_before; }));
   }
@@ -1524,7 +1525,7 @@ TEST_CASE("completions: a child process after fork() refuses registrations and d
         code = 10;  // accepted
       } catch (const custream::Error& e) {
         const std::string text = e.what();
-        code = e.result() != CUDA_ERROR_NOT_PERMITTED ? 11
+        code = e.result() != CUDA_ERROR_NOT_PERMITTED   ? 11
                : text.find("fork") == std::string::npos ? 12
                                                         : 0;
       } catch (...) {
@@ -1606,7 +1607,10 @@ TEST_CASE("completions: a long poll_interval delays neither finished work nor th
     for (int i = 0; i < 3; ++i) {
       const auto start = Clock::now();
       REQUIRE(engine.future(s).wait_for(10s) == std::future_status::ready);
-      INFO("iteration " << i << ": " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count() << " ms");
+      INFO("iteration "
+           << i << ": "
+           << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
+           << " ms");
       CHECK(Clock::now() - start < 1s);
     }
     // A registration while the watcher pauses with other work pending is taken too.

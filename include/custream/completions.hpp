@@ -306,9 +306,9 @@ class Completions {
     } else if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
       when_done(stream, static_cast<std::decay_t<F>>(callback));  // a function: its pointer
     } else {
-      static_assert(std::is_invocable_v<std::decay_t<F>&> ||
-                        std::is_invocable_v<std::decay_t<F>&, CUresult>,
-                    "a completion callback takes nothing or the stream's CUresult");
+      static_assert(
+          std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, CUresult>,
+          "a completion callback takes nothing or the stream's CUresult");
       register_kept(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
     }
   }
