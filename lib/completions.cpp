@@ -776,7 +776,6 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     t->view = s;
     t->thread = thread;
     t->stream = s.handle();
-    t->device = s.is_special() ? -1 : s.device_id();
     t->event = m.event;
     t->word = m.word;
     t->pooled = m.pooled;
@@ -1284,7 +1283,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     std::array<std::optional<CUresult>, kMaxProbes> failed;
     for (auto& [key, q] : queues) {
       if (q.empty() || q.head()->word == nullptr || now - q.head_since < options_.spin) continue;
-      const int device = q.head()->device;
+      const int device = q.head()->view.device_id();
       std::optional<CUresult>& f = failed[static_cast<std::size_t>(device)];
       if (!f) {
         const CUevent e = probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
@@ -1299,7 +1298,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (*f == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
         // A word the stream wrote is a success (its task waited for room on the ready list).
-        while (!other.empty() && other.head()->word != nullptr && other.head()->device == device &&
+        while (!other.empty() && other.head()->word != nullptr && other.head()->view.device_id() == device &&
                complete(other, reached(api, other.head()) == CUDA_SUCCESS ? CUDA_SUCCESS : *f,
                         returned, now)) {
         }
@@ -1436,7 +1435,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // Read before the task is handed on: a run_ready() may run and destroy it at once.
     std::uint64_t* const word = task->word;
     const CUevent event = task->event;
-    const int device = task->device;
+    const int device = task->view.device_id();
     const bool pooled = task->pooled;
     const bool kept = task->keep != nullptr;  // its event goes with it (finish_task)
     const bool run_here = options_.delivery == CompletionDelivery::thread || task->immediate;
@@ -1688,7 +1687,7 @@ struct FutureTask final : CompletionTask {
         return;
       }
       try {
-        throw_completion_failure(r, self->stream, self->device);
+        throw_completion_failure(r, self->stream, self->view.device_id());
       } catch (...) {
         p.set_exception(std::current_exception());
       }

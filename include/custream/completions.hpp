@@ -42,10 +42,9 @@ struct CompletionTask {
   void (*invoke)(CompletionTask* self, CUresult result);
   /// Destroys the callable and frees the task, never calling the driver.
   void (*destroy)(CompletionTask* self) noexcept;
-  StreamRef view;                 // the stream registered on, for errors
+  StreamRef view;                 // the stream registered on (its device: -1 for a special one)
   std::uintptr_t thread = 0;      // the registering thread (an identity unique while it runs)
   CUstream stream = nullptr;      // its handle (the watcher's queue)
-  int device = -1;                // its device (-1 for a special handle)
   CUevent event = nullptr;        // recorded at registration (the engine's), or
   std::uint64_t* word = nullptr;  // host-mapped, written 1 by the stream at registration
   bool pooled = false;            // the event returns to its device's pool
@@ -97,7 +96,9 @@ struct CompletionTaskOf final : CompletionTask {
       if constexpr (std::is_invocable_v<std::decay_t<F>&, CUresult>) {
         fn_(result);
       } else {
-        if (result != CUDA_SUCCESS) throw_completion_failure(result, self->stream, self->device);
+        if (result != CUDA_SUCCESS) {
+          throw_completion_failure(result, self->stream, self->view.device_id());
+        }
         fn_();
       }
     };
