@@ -3,6 +3,8 @@
 #include "custream/completions.hpp"
 
 #include <linux/membarrier.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -100,6 +102,15 @@ class BatchPool {
     } catch (...) {
     }
   }
+  // fork() (invariant 15): held by the forking thread across it; made anew in the child.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork(bool child) noexcept {
+    if (child) {
+      ::new (&mutex_) std::mutex();
+    } else {
+      mutex_.unlock();
+    }
+  }
   // Moves `item` here; out of memory, it leaks (nothing dangles).
   void give_back_one(T item) noexcept {
     try {
@@ -187,11 +198,18 @@ inline std::uintptr_t this_thread_identity() noexcept {
 
 // Events of each device's primary context, reused across registrations (invariant 3): made once,
 // never destroyed (the primary contexts stay retained), shared by every engine.
+struct EventPools {
+  std::mutex mutex;
+  std::unordered_map<int, BatchPool<CUevent>> by_device;
+};
+EventPools& event_pools() {
+  static auto* pools = new EventPools;  // never destroyed
+  return *pools;
+}
 BatchPool<CUevent>& event_pool(int device) {
-  static std::mutex mutex;
-  static auto* pools = new std::unordered_map<int, BatchPool<CUevent>>;  // never destroyed
-  std::lock_guard<std::mutex> lock(mutex);
-  return (*pools)[device];  // elements of an unordered_map stay where they are
+  EventPools& pools = event_pools();
+  std::lock_guard<std::mutex> lock(pools.mutex);
+  return pools.by_device[device];  // elements of an unordered_map stay where they are
 }
 
 CUevent make_event(const Loaded& l, int device) {
@@ -349,6 +367,25 @@ BatchPool<void*>& block_pool() {
 
 ThreadCache<void*> block_cache() { return ThreadCache<void*>(&block_pool()); }
 
+// fork() (invariant 15): the pools' mutexes are held by the forking thread across it, so that
+// the child finds none held by a thread it does not have.
+void lock_pools_for_fork() {
+  block_pool().lock_for_fork();
+  word_pool().lock_for_fork();
+  event_pools().mutex.lock();
+  for (auto& [device, pool] : event_pools().by_device) pool.lock_for_fork();
+}
+void unlock_pools_after_fork(bool child) noexcept {
+  for (auto& [device, pool] : event_pools().by_device) pool.unlock_after_fork(child);
+  if (child) {
+    ::new (&event_pools().mutex) std::mutex();
+  } else {
+    event_pools().mutex.unlock();
+  }
+  word_pool().unlock_after_fork(child);
+  block_pool().unlock_after_fork(child);
+}
+
 // This thread's cache of task blocks (nullptr while the thread ends).
 ThreadCache<void*>* thread_blocks() { return ThreadLocal<ThreadCache<void*>, block_cache>::get(); }
 
@@ -390,8 +427,21 @@ void free_task_block(void* block) noexcept {
 
 namespace {
 
+// Destroys `task` (run, or not to be run), then what it keeps (invariant 14): the event made in
+// its stream's created context, then its copy of the Stream, so that an owned context goes
+// last, after everything made in it.
+void finish_task(CompletionTask* task) noexcept {
+  Stream* const keep = task->keep;
+  const CUevent event =
+      keep != nullptr && task->word == nullptr && !task->pooled ? task->event : nullptr;
+  task->destroy(task);
+  if (keep == nullptr) return;
+  if (event != nullptr) release_call<&DriverApi::cuEventDestroy>("event", event, event);
+  delete keep;
+}
+
 struct TaskDeleter {
-  void operator()(CompletionTask* t) const noexcept { t->destroy(t); }
+  void operator()(CompletionTask* t) const noexcept { finish_task(t); }
 };
 using TaskPtr = std::unique_ptr<CompletionTask, TaskDeleter>;
 
@@ -402,7 +452,7 @@ void run_task(CompletionTask* task, CUresult result) noexcept {
   } catch (...) {
     report_host_function_error(HostFunctionError{task->view, std::current_exception(), false});
   }
-  task->destroy(task);
+  finish_task(task);
 }
 
 bool is_special(CUstream s) noexcept {
@@ -418,6 +468,34 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
+class CompletionEngine;
+
+// A run_ready() in progress on this thread: the batch it took and how far it got, on a list of
+// this thread's (innermost first) that the engine's destructor reads (invariant 6).
+struct RunFrame {
+  explicit RunFrame(CompletionEngine* e) noexcept : engine(e), outer(t_innermost) {
+    t_innermost = this;
+  }
+  ~RunFrame() { t_innermost = outer; }
+  RunFrame(const RunFrame&) = delete;
+  RunFrame& operator=(const RunFrame&) = delete;
+  static RunFrame* innermost() noexcept { return t_innermost; }
+
+  CompletionEngine* const engine;
+  RunFrame* const outer;
+  std::vector<std::pair<CompletionTask*, CUresult>> batch;
+  std::size_t next = 0;  // the next to run
+  bool gone = false;     // the engine was destroyed, and ran the rest of the batch
+
+ private:
+  static thread_local RunFrame* t_innermost;
+};
+thread_local RunFrame* RunFrame::t_innermost = nullptr;
+
+// Every engine of the process, for fork() (invariant 15).
+void enlist(CompletionEngine* engine);  // @throws std::bad_alloc
+void delist(CompletionEngine* engine) noexcept;
+
 // Hidden: calls between its members are direct (no PLT), so that they can be inlined.
 class __attribute__((visibility("hidden"))) CompletionEngine {
  public:
@@ -432,10 +510,12 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
                                         std::chrono::nanoseconds(kDay));
     auto first_ring = std::make_unique<Ring>();
     owner_ring_ = watch_ring_ = first_ring.get();
+    enlist(this);  // for fork() (invariant 15); taken off again below when this throws
     expedited_ = options.process_barrier && expedited_barrier_registered();
     if (options_.delivery == CompletionDelivery::caller) {
       fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (fd_ < 0) {
+        delist(this);
         throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {},
                     std::string("eventfd failed: ") + std::strerror(errno));
       }
@@ -451,6 +531,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         if (orphaned) delete this;  // the last use of the engine (orphan())
       });
     } catch (const std::system_error& e) {
+      delist(this);
       if (fd_ >= 0) ::close(fd_);
       throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {},
                   std::string("cannot start the completion thread: ") + e.what());
@@ -458,17 +539,32 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     (void)first_ring.release();  // the watcher's and the owner's from now on
   }
 
-  // Drains (invariant 6): the watcher runs every pending registration, then stops.
+  // Drains (invariant 6): the watcher runs every pending registration, then stops. With
+  // caller delivery this thread runs them, also those its callbacks register meanwhile, and
+  // the rest of the run_ready() calls it is inside of (destroyed from a callback). In the child
+  // of a fork() (invariant 15) there is no watcher: what is pending is abandoned.
   ~CompletionEngine() {
-    stop(false);
-    for (std::size_t n = run_ready(); n > 0; n = run_ready()) {
-    }
-    if (fd_ >= 0) ::close(fd_);
-    for (std::size_t d = 0; d < probes_.size(); ++d) {
-      if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
-        give_back_event(static_cast<int>(d), e);
+    delist(this);
+    if (!forked_) {
+      if (fd_ >= 0) {
+        const std::size_t running = finish_frames();  // their callbacks are not finished yet
+        while (pending() > running) {
+          if (run_ready() == 0) {
+            pollfd p{fd_, POLLIN, 0};
+            (void)::poll(&p, 1, 1);  // futures complete without a signal: look again soon
+          }
+        }
+      }
+      stop(false);
+      for (std::size_t n = run_ready(); n > 0; n = run_ready()) {
+      }
+      for (std::size_t d = 0; d < probes_.size(); ++d) {
+        if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
+          give_back_event(static_cast<int>(d), e);
+        }
       }
     }
+    if (fd_ >= 0) ::close(fd_);
     // The watcher took every record: the rings are empty.
     for (Ring* r = watch_ring_; r != nullptr;) {
       Ring* const next = r->next.load(std::memory_order_acquire);
@@ -478,14 +574,25 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Stops the watcher; `abandon`: at once, leaving pending registrations (process exit).
+  // Joins it, except from the watcher itself: a standard() engine's exit handler run by exit()
+  // in one of its callbacks, which never returns to the watcher (invariant 15; a destructor
+  // there orphans instead). Nothing to stop in the child of a fork().
   void stop(bool abandon) noexcept {
+    if (forked_) return;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
       abandon_ = abandon;
     }
     wake_.notify_all();
-    if (thread_.joinable()) thread_.join();  // never the watcher itself (see orphan())
+    if (thread_.joinable() && !on_watcher_thread()) thread_.join();
+  }
+
+  // standard()'s exit handler (invariant 15): registrations from now on are refused, and the
+  // watcher stops, abandoning what is pending.
+  void close_at_exit() noexcept {
+    close(Closed::exited);
+    stop(true);
   }
 
   // True on the watcher thread (in a callback).
@@ -513,8 +620,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // A registration by `task` (made by the registering thread): marks the stream, then hands the
   // task to the watcher (the owner's ring, else the shared stack; invariant 11).
-  void add(const StreamRef& s, CompletionTask* task) {
-    const bool ring = on_ring();
+  void add(const StreamRef& s, CompletionTask* task, Stream* keep = nullptr) {
+    const bool ring = on_ring(s);
     if (ring) {
       reserve_ring();
     } else {
@@ -523,7 +630,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       prefetch_for_write(&incoming_);
     }
     const Mark m = mark(s);
-    fill(task, s, this_thread_identity(), m);
+    fill(task, s, this_thread_identity(), m, keep);
     if (ring) {
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(task) | kRecordTask, nullptr, nullptr);
     } else {
@@ -537,7 +644,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
                   void (*construct)(void*, void*) noexcept, void* source) {
     // With caller delivery no code of the callable's (its move) runs on the watcher
     // (invariant 7): it is moved into its task here, and the task goes on the ring.
-    if (options_.delivery == CompletionDelivery::thread && on_ring()) {
+    if (options_.delivery == CompletionDelivery::thread && on_ring(s)) {
       reserve_ring();
       const Mark m = mark(s);
       ring_push(s, m, reinterpret_cast<std::uintptr_t>(&ops) | kRecordInline, construct, source);
@@ -587,13 +694,16 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // Whether this thread's registrations go on the ring: it is the engine's owner (the first
   // thread that registered) and no other thread has registered (invariant 11).
-  bool on_ring() noexcept {
+  // A closed engine (invariant 15) refuses the registration here: its owner is kClosed, which
+  // no thread is, so the owner's path pays nothing for the check.
+  bool on_ring(const StreamRef& s) {
     const std::uintptr_t self = this_thread_identity();
     std::uintptr_t owner = owner_.load(std::memory_order_relaxed);
     if (owner == 0 && owner_.compare_exchange_strong(owner, self, std::memory_order_relaxed)) {
       owner = self;
     }
     if (owner == self) return !shared_.load(std::memory_order_relaxed);
+    if (owner == kClosed) refuse_closed(s);
     // Another thread: from now on every registration goes on the stack, whose order is the
     // order of the pushes across threads.
     if (!shared_.load(std::memory_order_relaxed)) shared_.store(true, std::memory_order_seq_cst);
@@ -661,15 +771,15 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   }
 
   // Fills in what the watcher reads of a task: its stream, registering thread and mark.
-  static void fill(CompletionTask* t, const StreamRef& s, std::uintptr_t thread,
-                   const Mark& m) noexcept {
+  static void fill(CompletionTask* t, const StreamRef& s, std::uintptr_t thread, const Mark& m,
+                   Stream* keep = nullptr) noexcept {
     t->view = s;
     t->thread = thread;
     t->stream = s.handle();
-    t->device = s.is_special() ? -1 : s.device_id();
     t->event = m.event;
     t->word = m.word;
     t->pooled = m.pooled;
+    t->keep = keep;
   }
 
   // Marks the stream for a registration (invariant 1, 3, 9): refuses a capturing stream, then
@@ -735,6 +845,38 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     refuse_capture(s, status);
   }
 
+  // A special handle is the current context's stream: with none current, the registration is
+  // refused (the driver's special-handle retry would put it on the current device's primary
+  // context).
+  [[gnu::cold]] static void need_current_context(const Loaded& l, const StreamRef& s) {
+    CUcontext current = nullptr;
+    if (const CUresult r = l.api.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) {
+      throw_stream_error(r, "cuCtxGetCurrent", s, "registering a completion");
+    }
+    if (current != nullptr) return;
+    throw_stream_error(CUDA_ERROR_INVALID_CONTEXT, "custream::Completions", s,
+                       "no context is current in this thread, and a special handle is the "
+                       "current context's stream: make one current (DeviceScope, ContextScope) "
+                       "or register on a stream of a device (custream refused it once "
+                       "cuCtxGetCurrent found none)");
+  }
+
+  // The registration on a closed engine (invariant 15), refused without calling the driver.
+  [[noreturn, gnu::cold, gnu::noinline]] void refuse_closed(const StreamRef& s) const {
+    if (closed_why_.load(std::memory_order_relaxed) == Closed::forked) {
+      throw_stream_error(
+          CUDA_ERROR_NOT_PERMITTED, "custream::Completions", s,
+          "this Completions was made before fork(): the child process has no watcher thread, "
+          "and its CUDA driver is unusable after fork (custream refused it without calling the "
+          "driver)");
+    }
+    throw_stream_error(
+        CUDA_ERROR_DEINITIALIZED, "custream::Completions", s,
+        "the process is exiting: Completions::standard() stopped its watcher at exit, and a "
+        "registration now would never be delivered (custream refused it without calling the "
+        "driver)");
+  }
+
   [[noreturn, gnu::cold, gnu::noinline]] static void record_failed(const StreamRef& s,
                                                                    const Mark& m, CUresult r) {
     release_event(m.event, m.pooled, s.is_special() ? -1 : s.device_id());
@@ -744,10 +886,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // mark() for every stream and mechanism.
   [[gnu::noinline]] Mark mark_any(const StreamRef& s) {
     const Loaded& l = loaded();
-    std::optional<ContextScope> scope;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const bool special = s.is_special();
-    CUresult r = on_stream<&DriverApi::cuStreamIsCapturing>(special, scope, s.handle(), &status);
+    if (special) need_current_context(l, s);
+    CUresult r = l.api.cuStreamIsCapturing(s.handle(), &status);
     if (r != CUDA_SUCCESS) throw_stream_error(r, "cuStreamIsCapturing", s);
     if (status != CU_STREAM_CAPTURE_STATUS_NONE) refuse_capture(s, status);
     const int device = special ? -1 : s.device_id();
@@ -822,20 +964,48 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return {static_cast<std::size_t>(sleeps_.count()), static_cast<std::size_t>(wakes_)};
   }
 
+  // Runs the ready callbacks (caller delivery) from a frame on this thread's list, so that the
+  // destructor, called from one of them, runs the rest in order and tells it the engine is
+  // gone (invariant 6).
   std::size_t run_ready() {
     if (fd_ < 0) return 0;
     std::uint64_t count = 0;
     (void)!::read(fd_, &count, sizeof count);  // clears it; EAGAIN when nothing was signalled
-    std::vector<std::pair<CompletionTask*, CUresult>> ready;
+    RunFrame frame(this);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ready.swap(ready_);
+      frame.batch.swap(ready_);
     }
-    for (const auto& [task, result] : ready) {
+    std::size_t ran = 0;
+    while (frame.next < frame.batch.size()) {
+      const auto [task, result] = frame.batch[frame.next++];
       run_task(task, result);
+      ++ran;
+      if (frame.gone) break;  // the callback destroyed the engine, which ran the rest
       finished_.fetch_add(1, std::memory_order_release);
     }
-    return ready.size();
+    return ran;
+  }
+
+  // The destructor's side of the frames (invariant 6): runs the rest of each run_ready() of
+  // this engine that this thread is inside of, the oldest first, and marks them gone. Returns
+  // how many there were: each is running a callback, not yet counted as finished.
+  std::size_t finish_frames() noexcept {
+    std::size_t running = 0;
+    for (;;) {
+      RunFrame* oldest = nullptr;
+      for (RunFrame* f = RunFrame::innermost(); f != nullptr; f = f->outer) {
+        if (f->engine == this && !f->gone) oldest = f;
+      }
+      if (oldest == nullptr) return running;
+      while (oldest->next < oldest->batch.size()) {
+        const auto [task, result] = oldest->batch[oldest->next++];
+        run_task(task, result);
+        finished_.fetch_add(1, std::memory_order_release);
+      }
+      oldest->gone = true;
+      ++running;
+    }
   }
 
   int fd() const noexcept { return fd_; }
@@ -974,9 +1144,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     }
   }
 
-  // Sleeps until a registration, stop, or a notification (at most `timeout` when given); true
-  // when there is work or stop.
-  bool sleep(std::optional<std::chrono::microseconds> timeout) {
+  // Sleeps until a registration, stop (unless `stop_ends` is false: the watcher is already
+  // draining), or a notification (at most `timeout` when given); true when there is work or
+  // stop.
+  bool sleep(std::optional<std::chrono::microseconds> timeout, bool stop_ends = true) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       sleeps_.begin();
@@ -987,16 +1158,18 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // The ring's owner publishes without a fence (invariant 11): before a sleep that only a
     // registration ends, make every running thread of the process pass a full barrier, so that
     // a record published before it is seen below, and a registration after it sees the sleep.
-    // Not before a timed sleep (a backoff while work is pending): a wake-up missed there costs
-    // at most the sleep, and the interrupts would cost every thread of the process. If the
-    // barrier fails, sleep at most a millisecond at a time.
-    if (!timeout && expedited_ &&
+    // Not before a timed sleep of a millisecond or less (a backoff while work is pending): a
+    // wake-up missed there costs at most the sleep, and the interrupts would cost every thread
+    // of the process. If the barrier fails, sleep at most a millisecond at a time.
+    constexpr std::chrono::microseconds kMs = std::chrono::milliseconds(1);
+    if ((!timeout || *timeout > kMs) && expedited_ &&
         ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
-      timeout = std::chrono::milliseconds(1);
+      timeout = timeout ? std::min(*timeout, kMs) : kMs;
     }
     std::unique_lock<std::mutex> lock(mutex_);
     const auto ready = [&] {
-      return incoming_.load(std::memory_order_seq_cst) != nullptr || ring_pending() || stop_;
+      return incoming_.load(std::memory_order_seq_cst) != nullptr || ring_pending() ||
+             (stop_ && stop_ends);
     };
     // One wait a sleep: a notification that finds nothing new ends it too, and the watcher
     // begins a new sleep (a new number) to wait again (invariant 4).
@@ -1005,10 +1178,23 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return woken;
   }
 
-  // Busy until `poll_interval` after `now`, without driver calls.
-  void pause(Clock::time_point now) const noexcept {
-    const Clock::time_point until = now + options_.poll_interval;
-    while (Clock::now() < until) cpu_relax();
+  // The longest pause between passes that is busy, and the first pause after new work or a
+  // completion (invariant 2).
+  static constexpr std::chrono::microseconds kBusyPause{50};
+  static constexpr std::chrono::nanoseconds kFirstGap{1000};
+
+  // Pauses between passes until `until` (invariant 2): busy, without driver calls, when that is
+  // kBusyPause away or less; else a timed sleep that a registration or stop ends. While
+  // stopping (draining), a millisecond at most. True when it slept: the next pass takes what
+  // came.
+  bool pause(Clock::time_point now, Clock::time_point until, bool stopping) {
+    if (stopping) until = std::min(until, now + std::chrono::milliseconds(1));
+    if (until - now <= kBusyPause) {
+      while (Clock::now() < until) cpu_relax();
+      return false;
+    }
+    (void)sleep(std::chrono::ceil<std::chrono::microseconds>(until - now), !stopping);
+    return true;
   }
 
   bool stopping(bool* abandon) {
@@ -1034,10 +1220,11 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     return api.cuEventQuery(t->event);
   }
 
-  // Completes what the stream of `q` (keyed `key`) reached; true when anything was. Sets
-  // `fresh` when it left an event unqueried because the watcher took it less than kFresh ago.
+  // Completes what the stream of `q` (keyed `key`) reached; true when anything was. When it
+  // left an event unqueried because the watcher took it less than kFresh ago, sets `ripens` to
+  // when it may be asked, if that is sooner.
   bool poll(const DriverApi& api, CUstream key, TaskQueue& q, Returned& returned,
-            Clock::time_point now, bool& fresh) {
+            Clock::time_point now, std::optional<Clock::time_point>& ripens) {
     bool progress = false;
     if (q.empty()) return false;  // its first task could not be queued (out of memory)
     // Events are queried only once the watcher took them kFresh ago (invariant 2): the oldest
@@ -1045,7 +1232,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     std::size_t ripe = q.ripe(now);
     if (q.head()->word == nullptr) {
       if (ripe == 0) {
-        fresh = true;
+        note_ripening(ripens, q.head_ripens());
         return false;
       }
       // An event's query is a driver call that the enqueueing threads feel: the oldest first,
@@ -1069,7 +1256,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // event only once it is ripe.
     while (!q.empty()) {
       if (q.head()->word == nullptr && ripe == 0) {
-        fresh = true;
+        note_ripening(ripens, q.head_ripens());
         break;
       }
       const CUresult r = reached(api, q.head());
@@ -1078,6 +1265,11 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (ripe > 0) --ripe;  // the ripe ones are the oldest
     }
     return progress;
+  }
+
+  static void note_ripening(std::optional<Clock::time_point>& ripens,
+                            Clock::time_point t) noexcept {
+    if (!ripens || t < *ripens) ripens = t;
   }
 
   // A stream whose work failed never writes its words (invariant 9): for each device with a
@@ -1091,7 +1283,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     std::array<std::optional<CUresult>, kMaxProbes> failed;
     for (auto& [key, q] : queues) {
       if (q.empty() || q.head()->word == nullptr || now - q.head_since < options_.spin) continue;
-      const int device = q.head()->device;
+      const int device = q.head()->view.device_id();
       std::optional<CUresult>& f = failed[static_cast<std::size_t>(device)];
       if (!f) {
         const CUevent e = probes_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
@@ -1106,7 +1298,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (*f == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
         // A word the stream wrote is a success (its task waited for room on the ready list).
-        while (!other.empty() && other.head()->word != nullptr && other.head()->device == device &&
+        while (!other.empty() && other.head()->word != nullptr && other.head()->view.device_id() == device &&
                complete(other, reached(api, other.head()) == CUDA_SUCCESS ? CUDA_SUCCESS : *f,
                         returned, now)) {
         }
@@ -1134,6 +1326,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // The last completion, where `linger` counts from (none yet: no linger at start).
     std::optional<Clock::time_point> last_completion;
     long backoff_us = 0;
+    // The next pause while spinning (invariant 2): from kFirstGap after new work or a
+    // completion, doubling with each pass that finds nothing, up to poll_interval.
+    std::chrono::nanoseconds gap = kFirstGap;
     int passes_without_taking = 0;
     for (;;) {
       bool abandon = false;
@@ -1160,10 +1355,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
           // What this takes is spun on for `spin` from then, as after a wake-up.
           last_progress = idle;
           backoff_us = 0;
-          pause(idle);
+          (void)pause(idle, idle + options_.poll_interval, false);
           continue;
         }
-        sleep(std::nullopt);
+        (void)sleep(std::nullopt);
         last_progress = Clock::now();
         backoff_us = 0;
         continue;
@@ -1177,11 +1372,13 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         starved_ = true;
       }
       batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(queued));
+      if (queued > 0) gap = kFirstGap;
       bool progress = false;
       const DriverApi& api = loaded().api;
-      bool fresh = false;  // an event left unqueried: taken less than kFresh ago
+      // When the soonest event left unqueried (taken less than kFresh ago) may be asked.
+      std::optional<Clock::time_point> ripens;
       for (auto& [key, q] : queues) {
-        progress = poll(api, key, q, returned, now, fresh) || progress;
+        progress = poll(api, key, q, returned, now, ripens) || progress;
       }
       // At most once per `spin`, whatever completes elsewhere (invariant 9).
       if (memory_ && now - last_probe >= options_.spin) {
@@ -1201,15 +1398,19 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
         last_progress = now;
         last_completion = now;
         backoff_us = 0;
+        gap = kFirstGap;
         passes_without_taking = kTakeEvery;  // the next pass takes what came meanwhile
         continue;
       }
       // Spinning for `spin` after the last completion, and while an event waits to ripen
       // (whatever `spin`: a backoff would hold a registration the driver may have done).
-      if (fresh || now - last_progress < options_.spin) {
+      if (ripens || now - last_progress < options_.spin) {
         // Between passes a pause without driver calls, so that the queries leave the driver to
-        // the threads that enqueue.
-        pause(now);
+        // the threads that enqueue; no longer than until an event ripens (invariant 2).
+        Clock::time_point until = now + std::min(gap, options_.poll_interval);
+        gap = std::min(2 * gap, options_.poll_interval);
+        if (ripens && *ripens < until) until = *ripens;
+        if (pause(now, until, stop)) passes_without_taking = kTakeEvery;
         continue;
       }
       // Backing off: sleeps growing to 1 ms; a registration wakes it at once.
@@ -1217,7 +1418,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (starved_) {
         // Out of memory (invariant 13): what waits on the ring would end a sleep at once.
         std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
-      } else if (sleep(std::chrono::microseconds(backoff_us))) {
+      } else if (sleep(std::chrono::microseconds(backoff_us), !stop)) {
         last_progress = Clock::now();
         backoff_us = 0;
       }
@@ -1234,8 +1435,9 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     // Read before the task is handed on: a run_ready() may run and destroy it at once.
     std::uint64_t* const word = task->word;
     const CUevent event = task->event;
-    const int device = task->device;
+    const int device = task->view.device_id();
     const bool pooled = task->pooled;
+    const bool kept = task->keep != nullptr;  // its event goes with it (finish_task)
     const bool run_here = options_.delivery == CompletionDelivery::thread || task->immediate;
     bool was_empty = false;
     if (!run_here) {
@@ -1259,7 +1461,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
     } else if (pooled) {
       keep_or_give_back(returned.events, std::pair<int, CUevent>(device, event),
                         [&] { give_back_event(device, event); });
-    } else {
+    } else if (!kept) {
       release_call<&DriverApi::cuEventDestroy>("event", event, event);
     }
     if (run_here) {
@@ -1343,7 +1545,89 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   alignas(64) std::array<std::atomic<CUevent>, kMaxProbes> probes_{};
   int fd_ = -1;
   std::thread thread_;
+
+ public:
+  // Why an engine is closed (invariant 15).
+  enum class Closed : unsigned char { open, forked, exited };
+
+  // fork() (invariant 15), with every engine's mutex held by the forking thread. In the child:
+  // the engine has no watcher (fork copies the forking thread only); its mutex and condition
+  // variable are made anew (the watcher may have been waiting on it: destroying it would wait
+  // for that waiter), its thread forgotten, and registrations refused.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+  void become_forked_child() noexcept {
+    ::new (&mutex_) std::mutex();
+    ::new (&wake_) std::condition_variable();
+    ::new (&thread_) std::thread();
+    forked_ = true;
+    close(Closed::forked);
+  }
+
+ private:
+  // From now on every registration is refused (on_ring()).
+  void close(Closed why) noexcept {
+    closed_why_.store(why, std::memory_order_relaxed);
+    owner_.store(kClosed, std::memory_order_seq_cst);
+  }
+  // The owner of a closed engine: no thread's identity (an address of a thread's byte).
+  static constexpr std::uintptr_t kClosed = 1;
+  std::atomic<Closed> closed_why_{Closed::open};
+  bool forked_ = false;  // in the child of a fork(): no watcher
 };
+
+namespace {
+
+// The engines of the process and what fork() must find unlocked in the child: taken by the
+// forking thread before fork, let go after it in both processes (invariant 15).
+struct EngineList {
+  std::mutex mutex;
+  std::vector<CompletionEngine*> engines;
+};
+EngineList& engine_list() {
+  static auto* list = new EngineList;  // never destroyed: engines may outlive static objects
+  return *list;
+}
+
+void before_fork() noexcept {
+  engine_list().mutex.lock();
+  for (CompletionEngine* e : engine_list().engines) e->lock_for_fork();
+  lock_pools_for_fork();
+}
+
+void after_fork_in_parent() noexcept {
+  unlock_pools_after_fork(false);
+  for (CompletionEngine* e : engine_list().engines) e->unlock_after_fork();
+  engine_list().mutex.unlock();
+}
+
+void after_fork_in_child() noexcept {
+  unlock_pools_after_fork(true);
+  for (CompletionEngine* e : engine_list().engines) e->become_forked_child();
+  ::new (&engine_list().mutex) std::mutex();
+}
+
+}  // namespace
+
+void enlist(CompletionEngine* engine) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) != 0) {
+      throw std::bad_alloc();  // ENOMEM, its only error
+    }
+  });
+  std::lock_guard<std::mutex> lock(engine_list().mutex);
+  engine_list().engines.push_back(engine);
+}
+
+void delist(CompletionEngine* engine) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(engine_list().mutex);
+    auto& v = engine_list().engines;
+    v.erase(std::remove(v.begin(), v.end(), engine), v.end());
+  } catch (...) {
+  }
+}
 
 }  // namespace detail
 
@@ -1358,7 +1642,8 @@ Completions::~Completions() {
 Completions& Completions::standard() {
   static Completions* standard = [] {
     auto* c = new Completions();  // never destroyed: stopped at exit, abandoning what is pending
-    std::atexit([] { Completions::standard().engine_->stop(true); });
+    // Closes it (invariant 15): registrations from then on are refused.
+    std::atexit([] { Completions::standard().engine_->close_at_exit(); });
     return c;
   }();
   return *standard;
@@ -1367,6 +1652,14 @@ Completions& Completions::standard() {
 void Completions::register_task(const StreamRef& stream, detail::CompletionTask* task) {
   detail::TaskPtr guard(task);  // destroyed, not run, when the registration fails
   engine_->add(stream, task);
+  (void)guard.release();
+}
+
+void Completions::register_kept(const Stream& stream, detail::CompletionTask* task) {
+  detail::TaskPtr guard(task);  // destroyed, not run, when the registration fails
+  auto keep = std::make_unique<Stream>(stream);
+  engine_->add(stream, task, keep.get());
+  (void)keep.release();  // the task's from now on (invariant 14)
   (void)guard.release();
 }
 
@@ -1394,7 +1687,7 @@ struct FutureTask final : CompletionTask {
         return;
       }
       try {
-        throw_completion_failure(r, self->stream, self->device);
+        throw_completion_failure(r, self->stream, self->view.device_id());
       } catch (...) {
         p.set_exception(std::current_exception());
       }
@@ -1409,6 +1702,16 @@ std::future<void> Completions::future(const StreamRef& stream) {
   auto* task = new detail::FutureTask;
   std::future<void> f = task->promise.get_future();
   register_task(stream, task);
+  return f;
+}
+
+std::future<void> Completions::future(const Stream& stream) {
+  if (stream.context_kind() == ContextKind::primary) {
+    return future(static_cast<const StreamRef&>(stream));
+  }
+  auto* task = new detail::FutureTask;
+  std::future<void> f = task->promise.get_future();
+  register_kept(stream, task);
   return f;
 }
 

@@ -51,6 +51,8 @@ struct TaskQueue {
         tasks.begin(), tasks.end(), [&](const Entry& e) { return now - e.taken >= kFresh; });
     return static_cast<std::size_t>(first_fresh - tasks.begin());
   }
+  // When the head may be asked (kFresh after it was taken).
+  Clock::time_point head_ripens() const noexcept { return tasks.front().taken + kFresh; }
   bool empty() const noexcept { return tasks.empty(); }
   std::size_t size() const noexcept { return tasks.size(); }
 };

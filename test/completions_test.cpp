@@ -4,6 +4,10 @@
 #include "custream/completions.hpp"
 
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -22,12 +26,14 @@
 #include "custream/context.hpp"
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
+#include "custream/device_scope.hpp"
 #include "custream/graph.hpp"
 #include "custream/host_function.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "custream/testing.hpp"
 #include "emu/emu_control.h"
+#include "release_support.hpp"
 #include "task_queue.hpp"
 #include "test_support.hpp"
 #include "watcher_sleeps.hpp"
@@ -90,6 +96,24 @@ bool eventually(Pred done) {
     std::this_thread::sleep_for(100us);
   }
   return true;
+}
+
+// Waits up to `limit` for the child `pid` and returns its wait status; -1 when it ran past
+// `limit` (it is killed then): a hang fails, never hangs the suite.
+int custream_test_wait_child(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0) return -2;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      (void)::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
 }
 
 // Counts constructions and destructions of the callables' captures.
@@ -303,7 +327,10 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
     const Stream cs(created, StreamFlags::non_blocking);
     CHECK(engine.future(cs).wait_for(10s) == std::future_status::ready);
   }
+  // The per-thread stream with a context current (a special handle with none is refused: see
+  // "a special handle with no current context").
   std::thread([&] {
+    custream::DeviceScope scope(0);
     CHECK(engine.future(Stream::per_thread()).wait_for(10s) == std::future_status::ready);
   }).join();
 }
@@ -1333,4 +1360,295 @@ TEST_CASE("completions: a burst of registrations wakes a sleeping watcher with o
   INFO("sleeps " << w.sleeps << ", wakes " << w.wakes);
   CHECK(w.wakes >= kBursts);   // each burst began on a sleeping watcher
   CHECK(w.wakes <= w.sleeps);  // and woke it once
+}
+
+namespace {
+
+// Runs this test binary with `tag` (a hidden test case) in a child process and returns its
+// wait status; -1 when it ran past `limit` (then it is killed): a hang fails, never hangs.
+int run_child(const std::string& tag, std::chrono::seconds limit = 20s) {
+  std::string self = "/proc/self/exe", arg = tag;
+  char* argv[] = {self.data(), arg.data(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ) == 0);
+  return custream_test_wait_child(pid, limit);
+}
+
+}  // namespace
+
+TEST_CASE("completions: a registration keeps its created or green context until it has run",
+          "[completions][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  // The Stream and its owned Context are dropped while a registration is pending: the
+  // registration keeps them (and the event it recorded, which lives in the context) until its
+  // callback has run and the event is destroyed. It once held nothing: the context went at
+  // once (cuCtxDestroy waits for its work), its event with it, and the callbacks were told
+  // CUDA_ERROR_INVALID_HANDLE (H100: CONTEXT_IS_DESTROYED) for work that succeeded.
+  const auto& api = custream::detail::api();
+  const bool green = GENERATE(false, true);
+  const CompletionDelivery delivery =
+      GENERATE(CompletionDelivery::thread, CompletionDelivery::caller);
+  UNSCOPED_INFO(
+      (green ? "green" : "created")
+      << " context, "
+      << (delivery == CompletionDelivery::thread ? "thread delivery" : "caller delivery"));
+  if (!green && api.cuCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no cuCtxCreate");
+  if (green && api.cuGreenCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no green contexts");
+  const long live_before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
+  custream_test::ReleaseReports releases;
+  std::mutex m;
+  std::vector<std::string> reported;
+  const auto previous =
+      custream::set_host_function_error_handler([&](const custream::HostFunctionError& e) {
+        std::lock_guard<std::mutex> lock(m);
+        reported.push_back(e.message());
+      });
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::atomic<CUresult> seen{CUDA_ERROR_NOT_READY};
+  std::atomic<bool> plain{false};
+  std::future<void> f;
+  {
+    Completions engine(with(CompletionMechanism::automatic, delivery));
+    {
+      auto context = std::make_unique<custream::Context>(
+          green ? custream::Context::create_green(Device(0).split_sms(1, 1).groups.at(0))
+                : custream::Context::create(Device(0)));
+      auto s = std::make_unique<Stream>(*context, StreamFlags::non_blocking);
+      auto gate = std::make_unique<Gate>(*s);
+      engine.when_done(*s, [&seen](CUresult r) { seen = r; });
+      engine.when_done(*s, [&plain, t = Tracked{}] { plain = true; });
+      f = engine.future(*s);
+      std::thread opener([&] {
+        std::this_thread::sleep_for(30ms);
+        gate->open();
+      });
+      s.reset();  // the registrations keep the stream and its context
+      context.reset();
+      opener.join();
+    }
+    REQUIRE(eventually([&] {
+      engine.run_ready();
+      return engine.pending() == 0;
+    }));
+  }
+  custream::set_host_function_error_handler(previous);
+  CHECK(seen.load() == CUDA_SUCCESS);
+  CHECK(plain.load());
+  REQUIRE(f.wait_for(0s) == std::future_status::ready);
+  CHECK_NOTHROW(f.get());
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+  for (const std::string& r : reported) FAIL_CHECK("host-function error: " << r);
+  for (const custream::ReleaseError& e : releases.seen())
+    FAIL_CHECK("release error: " << e.message());
+  if (custream_test::emulated()) {  // the context and its stream went after the registrations
+    CHECK(eventually([&] { return custream_test::emu_live_objects() == live_before; }));
+  }
+}
+
+TEST_CASE("completions: a caller-delivery engine destroyed from a callback that run_ready() runs",
+          "[completions][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  // The first callback deletes the engine; the second, ready in the same run_ready() batch,
+  // is pending then: the destructor runs it (in order) before it returns, and run_ready()
+  // touches nothing of the engine after (AddressSanitizer: it once counted the callback on the
+  // freed engine, and ran the second after the destructor had returned).
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::vector<int> order;
+  auto* engine = new Completions(with(each_mechanism(), CompletionDelivery::caller));
+  const int fd = engine->eventfd();
+  {
+    Gate gate(s);
+    engine->when_done(s, [engine, &order] {
+      order.push_back(1);
+      delete engine;
+      order.push_back(3);
+    });
+    engine->when_done(s, [&order, t = Tracked{}] { order.push_back(2); });
+  }
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  REQUIRE(eventually([&] { return engine->pending() == 2; }));
+  std::this_thread::sleep_for(20ms);  // both ready: one batch
+  (void)engine->run_ready();          // deletes the engine
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
+TEST_CASE("completions: a caller-delivery destructor runs what the callbacks it runs register",
+          "[completions][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  // The destructor runs pending callbacks on the destroying thread; one of them registers
+  // another: that one is pending too, and runs before the destructor returns (it was once
+  // left on the stopped watcher's queue: never run, never destroyed).
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::atomic<int> outer{0}, inner{0};
+  {
+    Completions engine(with(each_mechanism(), CompletionDelivery::caller));
+    Gate gate(s);
+    engine.when_done(s, [&] {
+      engine.when_done(s, [&inner, t = Tracked{}] { inner++; });
+      outer++;
+    });
+    gate.open();
+  }
+  CHECK(outer.load() == 1);
+  CHECK(inner.load() == 1);
+  CHECK(Tracked::made.load() == Tracked::gone.load());
+}
+
+TEST_CASE("completions: a child process after fork() refuses registrations and destroys engines",
+          "[completions][fork][gpu]") {
+  REQUIRE_DRIVER();
+  // The child has no watcher thread (fork copies only the forking thread), and its driver is
+  // unusable. It once hung destroying an engine whose watcher was asleep (joining a thread the
+  // child does not have), 5 children of 5.
+  const CompletionDelivery delivery =
+      GENERATE(CompletionDelivery::thread, CompletionDelivery::caller);
+  auto engine = std::make_unique<Completions>(with(CompletionMechanism::event, delivery));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::future<void> done = engine->future(s);
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  REQUIRE(eventually([&] { return engine->pending() == 0; }));
+  for (int child = 0; child < 5; ++child) {
+    std::this_thread::sleep_for(20ms);  // the watcher is asleep
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        engine->when_done(s, [t = Tracked{}] {});
+        code = 10;  // accepted
+      } catch (const custream::Error& e) {
+        const std::string text = e.what();
+        code = e.result() != CUDA_ERROR_NOT_PERMITTED   ? 11
+               : text.find("fork") == std::string::npos ? 12
+                                                        : 0;
+      } catch (...) {
+        code = 13;
+      }
+      engine.reset();  // no watcher to stop or join
+      ::_exit(code);
+    }
+    const int status = custream_test_wait_child(pid, 10s);
+    INFO("child " << child << ", wait status " << status);
+    REQUIRE(status != -1);  // -1: it hung, and was killed
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  // The parent's engine goes on as before.
+  CHECK(engine->future(s).wait_for(10s) == std::future_status::ready);
+}
+
+TEST_CASE("completions child: exit() from a standard() callback", "[.completions-exit-child]") {
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  Completions::standard().when_done(s, [] { std::exit(7); });
+  std::this_thread::sleep_for(30s);  // the callback ends the process first
+}
+
+TEST_CASE("completions: exit() called from a standard() callback exits with its status",
+          "[completions][exit][gpu]") {
+  REQUIRE_DRIVER();
+  // standard()'s exit handler then runs on the watcher thread: it once joined that thread
+  // (std::system_error in a noexcept function: the process aborted).
+  const int status = run_child("[.completions-exit-child]");
+  INFO("wait status " << status);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
+}
+
+TEST_CASE("completions child: registering on standard() after its exit handler",
+          "[.completions-after-exit-child]") {
+  static const Stream* const s = new Stream(Device(0), StreamFlags::non_blocking);
+  // Registered before standard()'s own handler, so run after it.
+  std::atexit([] {
+    try {
+      Completions::standard().future(*s).wait();  // it once hung here
+      std::_Exit(10);
+    } catch (const custream::Error& e) {
+      std::_Exit(e.result() == CUDA_ERROR_DEINITIALIZED &&
+                         std::string(e.what()).find("exit") != std::string::npos
+                     ? 42
+                     : 11);
+    } catch (...) {
+      std::_Exit(12);
+    }
+  });
+  Completions::standard().future(*s).wait();  // standard()'s first use: its handler
+}
+
+TEST_CASE("completions: registering on standard() after its exit handler is a clear Error",
+          "[completions][exit][gpu]") {
+  REQUIRE_DRIVER();
+  const int status = run_child("[.completions-after-exit-child]");
+  INFO("wait status " << status);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 42);
+}
+
+TEST_CASE("completions: a long poll_interval delays neither finished work nor the destructor",
+          "[completions][poll][gpu]") {
+  REQUIRE_DRIVER();
+  // The pause between passes once lasted poll_interval whatever happened: work already done
+  // when registered waited a whole interval (its event ripens a microsecond after it was
+  // taken), and a destructor waited for a lingering pause to end.
+  CompletionOptions o = with(each_mechanism());
+  o.poll_interval = 3s;
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  using Clock = std::chrono::steady_clock;
+  {
+    Completions engine(o);
+    for (int i = 0; i < 3; ++i) {
+      const auto start = Clock::now();
+      REQUIRE(engine.future(s).wait_for(10s) == std::future_status::ready);
+      INFO("iteration "
+           << i << ": "
+           << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
+           << " ms");
+      CHECK(Clock::now() - start < 1s);
+    }
+    // A registration while the watcher pauses with other work pending is taken too.
+    Gate gate(s);
+    engine.when_done(s, [] {});
+    const Stream other(Device(0), StreamFlags::non_blocking);
+    std::this_thread::sleep_for(10ms);
+    const auto start = Clock::now();
+    REQUIRE(engine.future(other).wait_for(10s) == std::future_status::ready);
+    CHECK(Clock::now() - start < 1s);
+  }
+  o.linger = std::chrono::hours(1);  // after a completion, passes a poll_interval apart
+  auto engine = std::make_unique<Completions>(o);
+  REQUIRE(engine->future(s).wait_for(10s) == std::future_status::ready);
+  std::this_thread::sleep_for(10ms);
+  const auto start = Clock::now();
+  engine.reset();
+  CHECK(Clock::now() - start < 1s);
+}
+
+TEST_CASE("completions: a special handle with no current context is refused",
+          "[completions][gpu]") {
+  REQUIRE_DRIVER();
+  // The header promises CUDA_ERROR_INVALID_CONTEXT; registrations once went to device 0.
+  Completions engine;
+  Tracked::made = 0;
+  Tracked::gone = 0;
+  std::atomic<int> ran{0};
+  std::thread([&] {
+    for (const custream::StreamRef h : {custream::StreamRef::null(), custream::StreamRef::legacy(),
+                                        custream::StreamRef::per_thread()}) {
+      expect_error([&] { engine.when_done(h, [t = Tracked{}, &ran] { ran++; }); },
+                   CUDA_ERROR_INVALID_CONTEXT, "no context is current");
+      expect_error([&] { (void)engine.future(h); }, CUDA_ERROR_INVALID_CONTEXT);
+    }
+  }).join();
+  std::this_thread::sleep_for(20ms);
+  CHECK(ran.load() == 0);
+  CHECK(engine.pending() == 0);
+  CHECK(Tracked::made.load() == Tracked::gone.load());
 }

@@ -589,6 +589,36 @@ void use_completions() {
   }
 }
 
+// A registration on a created or a green context's stream, the Stream and the Context dropped
+// while it is pending (the registration keeps them).
+void use_kept_completions(bool green, custream::CompletionDelivery delivery) {
+  custream::CompletionOptions options;
+  options.delivery = delivery;
+  options.poll_interval = std::chrono::milliseconds(1);
+  custream::Completions engine(options);
+  std::atomic<CUresult> seen{CUDA_ERROR_NOT_READY};
+  std::future<void> done;
+  {
+    const custream::Context c =
+        green ? custream::Context::create_green(custream::Device(0).split_sms(1, 1).groups.at(0))
+              : custream::Context::create(custream::Device(0));
+    Stream s(c, custream::StreamFlags::non_blocking);
+    s.launch_host_func(
+        [c = Counted{}] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    engine.when_done(s, [&seen](CUresult r) { seen = r; });
+    done = engine.future(s);
+  }  // pending: the registrations keep both
+  done.wait();
+  while (engine.pending() > 0) {
+    engine.run_ready();
+    std::this_thread::yield();
+  }
+  done.get();
+  if (seen.load() != CUDA_SUCCESS) {
+    throw custream::Error(seen.load(), "cuEventQuery", "a completion callback's result");
+  }
+}
+
 std::vector<Operation> operations() {
   std::vector<Operation> ops;
   auto add = [&](std::string name, std::function<void()> run,
@@ -1044,6 +1074,28 @@ std::vector<Operation> operations() {
   });
   add("completions: a callback and a future by events, by written words, and through an eventfd",
       [] { use_completions(); });
+  // The registrations keep the Stream and its owned Context, dropped while they are pending,
+  // until they ran: then the watcher (thread delivery) or run_ready() (caller delivery)
+  // destroys the event, the stream and the context. Each on a thread of its own: a ContextScope
+  // whose restore fails (reported) leaves the created context current in its thread, where it
+  // dangles once the registration has destroyed it elsewhere (a later scope's restore to it
+  // would fail again); the thread ends with it.
+  add("completions: on a created and a green context's streams, both dropped while pending", [] {
+    for (const bool green : {false, true}) {
+      for (const auto delivery :
+           {custream::CompletionDelivery::thread, custream::CompletionDelivery::caller}) {
+        std::exception_ptr failed;
+        std::thread([&failed, green, delivery] {
+          try {
+            use_kept_completions(green, delivery);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        }).join();
+        if (failed) std::rethrow_exception(failed);
+      }
+    }
+  });
   add("errors: the driver's description of a failed call", [] {
     try {
       (void)custream::Device(0).attribute(static_cast<CUdevice_attribute>(100000));

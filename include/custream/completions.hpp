@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "custream/stream.hpp"
 #include "custream/stream_ref.hpp"
 
 namespace custream {
@@ -41,14 +42,17 @@ struct CompletionTask {
   void (*invoke)(CompletionTask* self, CUresult result);
   /// Destroys the callable and frees the task, never calling the driver.
   void (*destroy)(CompletionTask* self) noexcept;
-  StreamRef view;                 // the stream registered on, for errors
+  StreamRef view;                 // the stream registered on (its device: -1 for a special one)
   std::uintptr_t thread = 0;      // the registering thread (an identity unique while it runs)
   CUstream stream = nullptr;      // its handle (the watcher's queue)
-  int device = -1;                // its device (-1 for a special handle)
   CUevent event = nullptr;        // recorded at registration (the engine's), or
   std::uint64_t* word = nullptr;  // host-mapped, written 1 by the stream at registration
   bool pooled = false;            // the event returns to its device's pool
   bool immediate = false;  // runs on the completion thread whatever the delivery (no user code)
+  // A registration on a Stream of a created or green context: a copy of it, which keeps the
+  // stream and its owned context alive until the callable is destroyed and the event with it
+  // (docs/design/completions.md, invariant 14). Null for every other registration.
+  Stream* keep = nullptr;
   CompletionTask* next = nullptr;
 };
 
@@ -92,7 +96,9 @@ struct CompletionTaskOf final : CompletionTask {
       if constexpr (std::is_invocable_v<std::decay_t<F>&, CUresult>) {
         fn_(result);
       } else {
-        if (result != CUDA_SUCCESS) throw_completion_failure(result, self->stream, self->device);
+        if (result != CUDA_SUCCESS) {
+          throw_completion_failure(result, self->stream, self->view.device_id());
+        }
         fn_();
       }
     };
@@ -178,8 +184,11 @@ struct CompletionOptions {
   /// just recorded it); the watcher spins through that microsecond whatever `spin`.
   std::chrono::microseconds spin{2000};
   /// While spinning, how long the watcher waits between two passes over the pending events
-  /// that found none complete (busy, without driver calls): longer leaves the driver more to the
-  /// threads that enqueue, at the cost of as much latency.
+  /// that found none complete (without driver calls): longer leaves the driver more to the
+  /// threads that enqueue, at the cost of as much latency. The pauses grow to it from a
+  /// microsecond after new work or a completion (doubling each pass that finds nothing), so
+  /// work already done when registered is told without waiting an interval; a pause over
+  /// 50 µs is a sleep that a registration or the destructor ends.
   std::chrono::nanoseconds poll_interval{500};
   /// Whether the watcher, before it sleeps with nothing pending, may make every running thread
   /// of the process pass a memory barrier (Linux `membarrier`, an interrupt to each CPU running
@@ -223,8 +232,13 @@ struct CompletionOptions {
 /// Registration on a capturing stream is refused (the notification would be a node of the
 /// graph, not of this launch): register after `graph.launch(stream)`, or put a host function in
 /// the graph. Destroying a Completions waits for every pending registration and runs it (on the
-/// destroying thread for CompletionDelivery::caller), so none is lost or run twice; a stream
-/// may be destroyed with registrations pending (they run when its work is done).
+/// destroying thread for CompletionDelivery::caller, also what those callbacks register, and
+/// also when destroyed from one of its callbacks), so none is lost or run twice; a stream may
+/// be destroyed with registrations pending (they run when its work is done), and a registration
+/// on a Stream of a created or green context keeps that stream and its owned Context until it
+/// ran. fork(): in the child, a Completions made before the fork has no watcher thread (and the
+/// child's driver is unusable): it refuses registrations (Error, CUDA_ERROR_NOT_PERMITTED), and
+/// destroying it abandons what was pending, without waiting.
 /// Thread-safe: any thread may register. The first thread to register hands its registrations
 /// to the watcher on a ring of its own, with plain stores; with thread delivery a callable of
 /// at most 16 bytes, aligned to at most 8 and moved without throwing, is made in the ring and
@@ -243,8 +257,10 @@ class Completions {
   Completions& operator=(const Completions&) = delete;
 
   /// The process-wide engine (thread delivery), made on first use and never destroyed; at
-  /// process exit its watcher stops, and registrations still pending are abandoned (neither
-  /// run nor destroyed: their work may still be running).
+  /// process exit (an atexit handler) its watcher stops, and registrations still pending are
+  /// abandoned (neither run nor destroyed: their work may still be running). A callback may
+  /// call exit(). Registrations after that handler ran (a later atexit handler, a static
+  /// object's destructor) throw Error (CUDA_ERROR_DEINITIALIZED) rather than never complete.
   static Completions& standard();
 
   /// Calls `callback` (`void()` or `void(CUresult)`) once the work enqueued so far on `stream`
@@ -253,7 +269,10 @@ class Completions {
   /// @throws Error (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) saying what to do when the stream
   /// captures (also a capture begun by foreign code); Error naming the stream when the driver
   /// refuses the record or the write, or (CUDA_ERROR_INVALID_CONTEXT) when a special handle has no
-  /// current context. The callback is destroyed, not run, when this throws.
+  /// current context; Error (CUDA_ERROR_NOT_PERMITTED) in the child of a fork() for an engine
+  /// made before it, (CUDA_ERROR_DEINITIALIZED) on standard() after its exit handler. The
+  /// callback is destroyed, not run, when this throws. A StreamRef keeps nothing alive: register
+  /// on the Stream (below) to keep a created or green context's stream until the callback ran.
   template <typename F>
   void when_done(const StreamRef& stream, F&& callback) {
     static_assert(
@@ -275,9 +294,32 @@ class Completions {
     }
   }
 
+  /// when_done(StreamRef, callback) on a Stream. A Stream of a created or green context is
+  /// kept (a copy of it, holding the stream and the Context it owns) until the callback has run
+  /// and the registration's event is destroyed, so the Stream and its Context may be dropped
+  /// while the registration is pending; a primary context's stream needs nothing kept (its
+  /// context is never released, and a stream destroyed with work pending finishes it), and is
+  /// registered as a StreamRef is, at the same cost. @throws as when_done(StreamRef, F).
+  template <typename F>
+  void when_done(const Stream& stream, F&& callback) {
+    if (stream.context_kind() == ContextKind::primary) {
+      when_done(static_cast<const StreamRef&>(stream), std::forward<F>(callback));
+    } else if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
+      when_done(stream, static_cast<std::decay_t<F>>(callback));  // a function: its pointer
+    } else {
+      static_assert(
+          std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, CUresult>,
+          "a completion callback takes nothing or the stream's CUresult");
+      register_kept(stream, new detail::CompletionTaskOf<F>(std::forward<F>(callback)));
+    }
+  }
+
   /// A future that becomes ready once the work enqueued so far on `stream` is done, or holds an
   /// Error naming the stream when it failed. @throws as when_done.
   std::future<void> future(const StreamRef& stream);
+  /// future(StreamRef) on a Stream, which the registration keeps as when_done(Stream, F) does.
+  /// @throws as when_done.
+  std::future<void> future(const Stream& stream);
 
   /// For CompletionDelivery::caller: a Linux eventfd (non-blocking, close-on-exec, owned by
   /// this object) that is readable while callbacks are ready for run_ready(); -1 with thread
@@ -293,6 +335,7 @@ class Completions {
   friend detail::CompletionWakes detail::completion_wakes(const Completions& c) noexcept;
   friend std::thread::id detail::completion_thread(const Completions& c) noexcept;
   void register_task(const StreamRef& stream, detail::CompletionTask* task);
+  void register_kept(const Stream& stream, detail::CompletionTask* task);
   void register_inline(const StreamRef& stream, const detail::InlineCallableOps& ops,
                        void (*construct)(void* storage, void* source) noexcept, void* source);
   std::unique_ptr<detail::CompletionEngine> engine_;
