@@ -297,10 +297,10 @@ void add_one(Cell& c, const K& kernel, const custream::StreamRef& s) {
 // destroyed with the cell's fixtures, before what they keep.
 std::shared_ptr<Stream> unowned_stream(Cell& c) {
   const Context& ctx = c.context();
-  auto s = std::make_shared<Stream>(
-      ctx.kind() == ContextKind::green ? Context::wrap(ctx.green_handle())
-                                       : Context::wrap(ctx.handle()),
-      StreamFlags::non_blocking);
+  auto s =
+      std::make_shared<Stream>(ctx.kind() == ContextKind::green ? Context::wrap(ctx.green_handle())
+                                                                : Context::wrap(ctx.handle()),
+                               StreamFlags::non_blocking);
   c.fixtures.insert(c.fixtures.begin(), s);  // destroyed first
   return s;
 }
@@ -354,26 +354,29 @@ std::vector<Row> rows() {
                  g.launch(l);
                  c.expect_runs = 2;
                }});
-  r.push_back({"library", [](Cell& c) {
-                 auto& lib = c.keep("library", custream::Library::from_ptx(
-                                                   kPtx, custream::LibraryCache::bypass));
+  r.push_back({"library",
+               [](Cell& c) {
+                 auto& lib = c.keep(
+                     "library", custream::Library::from_ptx(kPtx, custream::LibraryCache::bypass));
                  Stream& s = new_stream(c);
                  c.hold(s);
                  add_one(c, lib.kernel("matrix_add"), s);
                },
                true});
-  r.push_back({"library kernel", [](Cell& c) {
-                 auto& lib = c.keep("library", custream::Library::from_ptx(
-                                                   kPtx, custream::LibraryCache::bypass));
+  r.push_back({"library kernel",
+               [](Cell& c) {
+                 auto& lib = c.keep(
+                     "library", custream::Library::from_ptx(kPtx, custream::LibraryCache::bypass));
                  auto& k = c.keep("kernel", custream::LibraryKernel(lib.kernel("matrix_add")));
                  Stream& s = new_stream(c);
                  c.hold(s);
                  add_one(c, k, s);
                },
                true});
-  r.push_back({"library graph", [](Cell& c) {
-                 auto& lib = c.keep("library", custream::Library::from_ptx(
-                                                   kPtx, custream::LibraryCache::bypass));
+  r.push_back({"library graph",
+               [](Cell& c) {
+                 auto& lib = c.keep(
+                     "library", custream::Library::from_ptx(kPtx, custream::LibraryCache::bypass));
                  Stream& s = new_stream(c);
                  s.begin_capture();
                  add_one(c, lib.kernel("matrix_add"), s);
@@ -382,11 +385,12 @@ std::vector<Row> rows() {
                  g.launch(s);
                },
                true});
-  r.push_back({"library graph (launched after the drops)", [](Cell& c) {
+  r.push_back({"library graph (launched after the drops)",
+               [](Cell& c) {
                  // The graph outlives every other handle, then launches: it must hold the
                  // library and the context.
-                 auto& lib = c.keep("library", custream::Library::from_ptx(
-                                                   kPtx, custream::LibraryCache::bypass));
+                 auto& lib = c.keep(
+                     "library", custream::Library::from_ptx(kPtx, custream::LibraryCache::bypass));
                  Stream& s = new_stream(c);
                  s.begin_capture();
                  add_one(c, lib.kernel("matrix_add"), s);
@@ -420,8 +424,8 @@ std::vector<Row> rows() {
   r.push_back({"buffer (in the context)", [](Cell& c) {
                  // A plain free waits for all work (cuMemFree synchronizes): the buffer is
                  // dropped once the work is done, after the other handles.
-                 auto b = std::make_shared<custream::DeviceBuffer>(sizeof(std::uint32_t),
-                                                                   c.context());
+                 auto b =
+                     std::make_shared<custream::DeviceBuffer>(sizeof(std::uint32_t), c.context());
                  c.fixtures.push_back(b);
                  Stream& s = new_stream(c);
                  c.hold(s);
@@ -490,7 +494,8 @@ std::vector<ContextKindRow> context_kinds(const Env& env) {
   k.push_back({"primary", [] { return Device(0).primary_context(); }});
   if (env.created) k.push_back({"created", [] { return Context::create(Device(0)); }});
   if (env.green) {
-    k.push_back({"green", [] { return Context::create_green(Device(0).split_sms(1, 1).groups[0]); }});
+    k.push_back(
+        {"green", [] { return Context::create_green(Device(0).split_sms(1, 1).groups[0]); }});
   }
   return k;
 }
@@ -573,10 +578,12 @@ std::vector<std::string> run_cell(Env& env, const Row& row, const ContextKindRow
     }
     expect_runs = c.expect_runs;
     expect_callbacks = c.expect_callbacks;
-    const bool done = eventually([&] {
-      return env.probe.runs.load() >= expect_runs && env.events.pending() == 0 &&
-             env.writes.pending() == 0;
-    }, threw ? 200ms : 10s);
+    const bool done = eventually(
+        [&] {
+          return env.probe.runs.load() >= expect_runs && env.events.pending() == 0 &&
+                 env.writes.pending() == 0;
+        },
+        threw ? 200ms : 10s);
     if (!done) v.push_back("the work did not complete");
     // A callback that takes nothing is not run after a failure (its error is reported).
     (void)eventually([&] { return env.probe.callbacks.load() >= expect_callbacks; }, 200ms);
@@ -613,7 +620,8 @@ std::vector<std::string> run_cell(Env& env, const Row& row, const ContextKindRow
     v.push_back(std::string("a callback was given ") +
                 custream::result_name(static_cast<CUresult>(p.last_failure.load())));
   }
-  if (p.wrong_value != 0) say("payloads that ran before the work wrote its value", p.wrong_value, 0);
+  if (p.wrong_value != 0)
+    say("payloads that ran before the work wrote its value", p.wrong_value, 0);
   // Every payload freed exactly once (moved-from shells included).
   if (!eventually([&] { return p.made.load() == p.gone.load(); })) {
     say("payloads alive (made - destroyed)", p.made - p.gone, 0);
@@ -624,9 +632,8 @@ std::vector<std::string> run_cell(Env& env, const Row& row, const ContextKindRow
   if (current_context() != before) v.push_back("the current context changed");
   if (emu) {
     // Streams go with their worker threads: wait a little for the count to settle.
-    if (!eventually(
-            [&] { return custream_test::emu_live_objects() == live_before; }, 2s)) {
-      say("driver objects alive (emulator), beyond those before", 
+    if (!eventually([&] { return custream_test::emu_live_objects() == live_before; }, 2s)) {
+      say("driver objects alive (emulator), beyond those before",
           custream_test::emu_live_objects() - live_before, 0);
     }
   }
@@ -658,9 +665,10 @@ std::size_t warm_up(Env& env, const Row& row, const ContextKindRow& kind) {
 
 }  // namespace
 
-TEST_CASE("the lifetime matrix: every object kind in every context kind, its handles dropped "
-          "in every order while held work needs them",
-          "[lifetime-matrix][gpu]") {
+TEST_CASE(
+    "the lifetime matrix: every object kind in every context kind, its handles dropped "
+    "in every order while held work needs them",
+    "[lifetime-matrix][gpu]") {
   REQUIRE_DRIVER();
   const auto& api = custream::detail::api();
   Env env;
@@ -677,8 +685,7 @@ TEST_CASE("the lifetime matrix: every object kind in every context kind, its han
   }
   Device(0).make_current();
   REQUIRE(api.cuMemHostAlloc(&env.host, sizeof(std::uint32_t),
-                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
-          CUDA_SUCCESS);
+                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS);
   REQUIRE(api.cuMemHostGetDevicePointer(&env.word, env.host, 0) == CUDA_SUCCESS);
   env.probe.word = static_cast<volatile std::uint32_t*>(env.host);
   env.other = Stream(Device(0), StreamFlags::non_blocking);
@@ -688,8 +695,8 @@ TEST_CASE("the lifetime matrix: every object kind in every context kind, its han
 
   auto old_release = custream::set_release_error_handler(
       [&env](const custream::ReleaseError& e) { env.report("release error: " + e.message()); });
-  auto old_host = custream::set_host_function_error_handler(
-      [&env](const custream::HostFunctionError& e) {
+  auto old_host =
+      custream::set_host_function_error_handler([&env](const custream::HostFunctionError& e) {
         env.report("host-function error: " + e.message());
       });
 
