@@ -191,7 +191,8 @@ void discard_capture(StreamRef s) noexcept {
 }
 }  // namespace
 
-CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
+CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range)
+    : stream_(stream), range_(range) {
   begin_capture(stream_, mode);
   try {
     id_ = capture_id(stream_);  // throws the failing call's own error
@@ -221,6 +222,7 @@ Graph CaptureScope::end(InstantiateFlags flags) {
   try {
     Graph graph = stream_.end_capture(flags);  // keeps the stream's owned context
     active_ = false;
+    range_.end();  // the capture and its instantiation are done
     return graph;
   } catch (...) {
     // Ask rather than assume (invariant 4): a refused end (e.g. from the wrong thread) may

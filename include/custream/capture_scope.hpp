@@ -2,9 +2,12 @@
 /// custream::CaptureScope: a stream capture that always ends.
 #pragma once
 
+#include <string_view>
+
 #include "custream/capture_mode.hpp"
 #include "custream/graph.hpp"
 #include "custream/instantiate_flags.hpp"
+#include "custream/nvtx_range.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
@@ -22,9 +25,14 @@ namespace custream {
 class CaptureScope {
  public:
   /// Begins capturing `stream` (Stream::begin_capture). The scope holds a reference, so
-  /// the stream lives at least as long.
-  /// @throws as Stream::begin_capture (nothing to end then).
-  explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed);
+  /// the stream lives at least as long. A non-empty `range` opens an NVTX range of that name
+  /// (NvtxRange) before the capture begins and ends it once the capture has ended (end() or
+  /// the destructor), so Nsight Systems shows the capture under that name; an empty one (the
+  /// default) sends nothing.
+  /// @throws as Stream::begin_capture (nothing to end then; the range has ended);
+  /// std::bad_alloc.
+  explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed,
+                        std::string_view range = {});
   /// Ends the capture unless end() did, discarding the graph. Never throws.
   ~CaptureScope();
 
@@ -46,6 +54,7 @@ class CaptureScope {
 
  private:
   Stream stream_;
+  NvtxRange range_;  // before active_: ends after the capture's end in the destructor's body
   bool active_ = false;
   unsigned long long id_ = 0;  // the capture this scope began
 };
