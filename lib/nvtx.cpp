@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "custream/nvtx_range.hpp"
 
@@ -98,6 +99,35 @@ void forget_name(Named kind, const void* handle) noexcept {
 
 void forget_stale_name(Named kind, const void* handle) noexcept {
   if (names().count.load(std::memory_order_relaxed) != 0) forget_name(kind, handle);
+}
+
+namespace {
+// The open ranges of objects that hold none themselves (start_range_for).
+struct KeyedRanges {
+  std::mutex mutex;
+  std::unordered_map<const void*, NvtxRange> open;
+};
+KeyedRanges& keyed_ranges() {
+  static KeyedRanges* r = new KeyedRanges;  // never destroyed: scopes may end at exit
+  return *r;
+}
+}  // namespace
+
+void start_range_for(const void* key, std::string_view name) {
+  NvtxRange range(name);
+  KeyedRanges& r = keyed_ranges();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.open[key] = std::move(range);
+}
+
+void end_range_for(const void* key) noexcept {
+  NvtxRange range;  // ends after the lock is released
+  KeyedRanges& r = keyed_ranges();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (auto it = r.open.find(key); it != r.open.end()) {
+    range = std::move(it->second);
+    r.open.erase(it);
+  }
 }
 
 }  // namespace detail

@@ -233,6 +233,11 @@ TEST_CASE("Captures and graph launches carry NVTX ranges when asked", "[nvtx][gp
   { CaptureScope unnamed(s); }
   CHECK(received() == sent({"range_start 1 abandoned", "range_end 1"}));
 
+  clear();  // a capture refused: the range has ended when the constructor throws
+  expect_error([] { CaptureScope refused(Stream::legacy(), CaptureMode::relaxed, "refused"); },
+               CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CHECK(received() == sent({"range_start 1 refused", "range_end 1"}));
+
   clear();
   {
     NvtxRange outer("outer");

@@ -7,7 +7,6 @@
 #include "custream/capture_mode.hpp"
 #include "custream/graph.hpp"
 #include "custream/instantiate_flags.hpp"
-#include "custream/nvtx_range.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
@@ -53,9 +52,12 @@ class CaptureScope {
   bool active() const noexcept { return active_; }
 
  private:
+  /// Ends the scope's NVTX range, if it has one. Never throws.
+  void end_range() noexcept;
+
   Stream stream_;
-  NvtxRange range_;  // before active_: ends after the capture's end in the destructor's body
   bool active_ = false;
+  bool ranged_ = false;        // an NVTX range is open, keyed by this (a CaptureScope never moves)
   unsigned long long id_ = 0;  // the capture this scope began
 };
 

@@ -40,10 +40,10 @@ struct EventOwner {
   ~EventOwner();  ///< destroys the CUevent (never throws)
   std::atomic<long> refs{1};
   std::atomic<bool> recorded{false};  ///< some copy recorded it (for elapsed-time errors)
+  std::atomic<bool> named{false};     ///< named: its name is forgotten when it is destroyed
   CUevent event = nullptr;
-  CUcontext context = nullptr;     ///< the context it was made in
-  Context keep;                    ///< an owned context it was made in, kept alive
-  std::atomic<bool> named{false};  ///< named: its name is forgotten when it is destroyed
+  CUcontext context = nullptr;  ///< the context it was made in
+  Context keep;                 ///< an owned context it was made in, kept alive
 };
 }  // namespace detail
 
