@@ -194,7 +194,7 @@ void discard_capture(StreamRef s) noexcept {
 
 CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range)
     : stream_(stream) {
-  if (!range.empty()) {  // no NVTX call without a range name (streams.md, invariant 10)
+  if (!range.empty()) {  // no NVTX call without a range name (streams.md, invariant 6)
     detail::start_range_for(this, range);
     ranged_ = true;
   }

@@ -216,7 +216,7 @@ bool keep(KeptGreen k) noexcept {
 }  // namespace
 
 ContextOwner::~ContextOwner() {
-  if (named.load(std::memory_order_relaxed)) {  // streams.md, invariant 9
+  if (named.load(std::memory_order_relaxed)) {  // streams.md, invariant 5
     forget_name(Named::context, green != nullptr ? converted : created);
   }
   if (green == nullptr) {
@@ -296,7 +296,7 @@ const char* to_string(ContextKind kind) noexcept {
 
 namespace {
 // `c`, just made (or taken from the green cache) by custream: a stale name of its handle is
-// forgotten and `name`, when given, set (streams.md, invariant 9).
+// forgotten and `name`, when given, set (streams.md, invariant 5).
 Context named(Context c, std::string_view name) {
   detail::forget_stale_name(detail::Named::context, c.handle());
   if (!name.empty()) c.set_name(name);
@@ -419,7 +419,8 @@ Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reu
 
 void Context::set_name(std::string_view name) const {
   detail::nonempty(*this, "custream::Context::set_name");
-  if (owner_) owner_.get()->named.store(true, std::memory_order_relaxed);  // invariant 9
+  // Flagged first: an owned context's name is forgotten when it goes (streams.md, invariant 5).
+  if (owner_) owner_.get()->named.store(true, std::memory_order_relaxed);
   detail::set_name(detail::Named::context, handle_, name);
 }
 

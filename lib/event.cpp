@@ -76,7 +76,7 @@ Event::Event(int device, CUcontext context, EventFlags flags, Create create)
   owner->context = context;
   handle_ = event;
   owner_ = detail::Shared<detail::EventOwner>(owner.release());
-  detail::forget_stale_name(detail::Named::event, event);  // streams.md, invariant 9
+  detail::forget_stale_name(detail::Named::event, event);  // streams.md, invariant 5
 }
 
 Event::Event(EventFlags flags, std::string_view name)

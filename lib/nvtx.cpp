@@ -34,7 +34,7 @@ struct KeyHash {
   }
 };
 
-// The names custream keeps, one process-wide table under one mutex (invariant 9 of
+// The names custream keeps, one process-wide table under one mutex (invariant 5 of
 // streams.md). `count` mirrors its size, so creating a handle while no name is kept takes no
 // lock.
 struct Names {

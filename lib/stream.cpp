@@ -262,7 +262,7 @@ Stream::Stream(const Context& context, StreamFlags stream_flags, int priority,
   owner_ = detail::Shared<detail::StreamOwner>(owner.release());
   StreamRef::operator=(
       StreamRef(handle, context.handle(), ordinal, Kind::created, non_blocking, context.kind()));
-  detail::forget_stale_name(detail::Named::stream, handle);  // streams.md, invariant 9
+  detail::forget_stale_name(detail::Named::stream, handle);  // streams.md, invariant 5
   if (!name.empty()) set_name(name);
 }
 
@@ -273,7 +273,8 @@ void Stream::set_name(std::string_view name) const {
                 "CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is no one stream; name a stream "
                 "custream created or wrapped");
   }
-  // Flagged first: a created stream's name is forgotten when it is destroyed (invariant 9).
+  // Flagged first: a created stream's name is forgotten when it is destroyed (streams.md,
+  // invariant 5).
   if (owner_ && owner_.get()->destroy != nullptr) {
     owner_.get()->named.store(true, std::memory_order_relaxed);
   }
