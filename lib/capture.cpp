@@ -192,6 +192,9 @@ void discard_capture(StreamRef s) noexcept {
 }
 }  // namespace
 
+CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode)
+    : CaptureScope(stream, mode, std::string_view()) {}
+
 CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range)
     : stream_(stream) {
   if (!range.empty()) {  // no NVTX call without a range name (streams.md, invariant 6)

@@ -304,6 +304,10 @@ Context named(Context c, std::string_view name) {
 }
 }  // namespace
 
+Context Context::create(const Device& device, unsigned flags) {
+  return create(device, flags, std::string_view());
+}
+
 Context Context::create(const Device& device, unsigned flags, std::string_view name) {
   const detail::Loaded& l = detail::loaded();
   detail::entry<&DriverApi::cuCtxCreate>(l.api);  // an older driver: say so first
@@ -321,6 +325,14 @@ Context Context::create(const Device& device, unsigned flags, std::string_view n
   Context c(context, nullptr, device.ordinal(), ContextKind::created);
   c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
   return named(std::move(c), name);
+}
+
+Context Context::create_green(const SmResource& sms, GreenReuse reuse) {
+  return create_green(std::vector<SmResource>{sms}, reuse, std::string_view());
+}
+
+Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+  return create_green(sms, reuse, std::string_view());
 }
 
 Context Context::create_green(const SmResource& sms, GreenReuse reuse, std::string_view name) {

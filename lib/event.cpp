@@ -79,13 +79,20 @@ Event::Event(int device, CUcontext context, EventFlags flags, Create create)
   detail::forget_stale_name(detail::Named::event, event);  // streams.md, invariant 5
 }
 
+Event::Event(EventFlags flags) : Event(flags, std::string_view()) {}
+
 Event::Event(EventFlags flags, std::string_view name)
     : Event((checked(flags), Device::current()), flags, name) {}
+
+Event::Event(Device device, EventFlags flags) : Event(device, flags, std::string_view()) {}
 
 Event::Event(Device device, EventFlags flags, std::string_view name)
     : Event(in_context(device.ordinal(), nullptr, checked(flags))) {
   if (!name.empty()) set_name(name);
 }
+
+Event::Event(const Context& context, EventFlags flags)
+    : Event(context, flags, std::string_view()) {}
 
 Event::Event(const Context& context, EventFlags flags, std::string_view name)
     : Event(in_context(detail::nonempty(context, "custream::Event").device_id(), context.handle(),

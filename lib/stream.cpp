@@ -215,11 +215,19 @@ std::ostream& operator<<(std::ostream& out, const StreamRef& stream) {
 
 // --- Stream ---
 
+Stream::Stream(StreamFlags flags, int priority) : Stream(flags, priority, {}) {}
+
 Stream::Stream(StreamFlags flags, int priority, std::string_view name)
     : Stream(Device::current(), flags, priority, name) {}
 
+Stream::Stream(Device device, StreamFlags flags, int priority)
+    : Stream(device, flags, priority, {}) {}
+
 Stream::Stream(Device device, StreamFlags flags, int priority, std::string_view name)
     : Stream(device.primary_context(), flags, priority, name) {}
+
+Stream::Stream(const Context& context, StreamFlags flags, int priority)
+    : Stream(context, flags, priority, {}) {}
 
 Stream::Stream(const Context& context, StreamFlags stream_flags, int priority,
                std::string_view name) {

@@ -24,14 +24,15 @@ namespace custream {
 class CaptureScope {
  public:
   /// Begins capturing `stream` (Stream::begin_capture). The scope holds a reference, so
-  /// the stream lives at least as long. A non-empty `range` opens an NVTX range of that name
-  /// (NvtxRange) before the capture begins and ends it once the capture has ended (end() or
-  /// the destructor), so Nsight Systems shows the capture under that name; an empty one (the
-  /// default) sends nothing.
-  /// @throws as Stream::begin_capture (nothing to end then; the range has ended);
-  /// std::bad_alloc.
-  explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed,
-                        std::string_view range = {});
+  /// the stream lives at least as long.
+  /// @throws as Stream::begin_capture (nothing to end then).
+  explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed);
+  /// As CaptureScope(stream, mode), inside an NVTX range named `range` (see NvtxRange): it
+  /// opens before the capture begins and ends once the capture has ended (end(), the
+  /// destructor, or this constructor throwing), so Nsight Systems shows the capture under that
+  /// name. An empty `range` sends nothing.
+  /// @throws as CaptureScope(stream, mode); std::bad_alloc.
+  explicit CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range);
   /// Ends the capture unless end() did, discarding the graph. Never throws.
   ~CaptureScope();
 

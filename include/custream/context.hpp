@@ -67,10 +67,11 @@ class Context {
   /// Creates a context on `device` (cuCtxCreate) with the driver's `flags` (CU_CTX_SCHED_*,
   /// CU_CTX_MAP_HOST, …), owned by the returned value. The calling thread's current context is
   /// left as it was (the driver pushes the new context; custream pops it).
-  /// `name`: a name for Nsight Systems (see set_name()); empty (the default): none, and no
-  /// NVTX call.
   /// @throws Error naming the device and flags when the driver refuses.
-  static Context create(const Device& device, unsigned flags = 0, std::string_view name = {});
+  static Context create(const Device& device, unsigned flags = 0);
+  /// create(device, flags), named `name` (see set_name(); empty: none, and no NVTX call).
+  /// @throws as create(const Device&, unsigned).
+  static Context create(const Device& device, unsigned flags, std::string_view name);
   /// A green context of SM groups of one device, owned by the returned value; see
   /// Device::split_sms(). Needs a driver of CUDA 12.4 or newer and a GPU that supports green
   /// contexts.
@@ -86,16 +87,21 @@ class Context {
   /// asks before cuGreenCtxDestroy). At most green_cache_limit() contexts are kept per device;
   /// beyond it, the one kept longest ago is destroyed. A context whose draining fails is
   /// destroyed instead (the failure goes to the release-error handler). With GreenReuse::none
-  /// the last user destroys it (cuGreenCtxDestroy). `name`: as for create(); a kept context
-  /// handed out again starts unnamed in custream (NVTX may still show its last name).
+  /// the last user destroys it (cuGreenCtxDestroy).
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) for no groups or groups of different devices;
   /// Error naming the minimum driver when the driver lacks green contexts; Error on a driver
   /// failure.
   static Context create_green(const std::vector<SmResource>& sms,
-                              GreenReuse reuse = GreenReuse::cached, std::string_view name = {});
+                              GreenReuse reuse = GreenReuse::cached);
+  /// create_green(sms, reuse), named `name` (see set_name(); empty: none, and no NVTX call).
+  /// A kept context handed out again starts unnamed in custream (a tool may still show the
+  /// name NVTX was last given for it). @throws as create_green(sms, reuse).
+  static Context create_green(const std::vector<SmResource>& sms, GreenReuse reuse,
+                              std::string_view name);
+  /// create_green({sms}, reuse).
+  static Context create_green(const SmResource& sms, GreenReuse reuse = GreenReuse::cached);
   /// create_green({sms}, reuse, name).
-  static Context create_green(const SmResource& sms, GreenReuse reuse = GreenReuse::cached,
-                              std::string_view name = {});
+  static Context create_green(const SmResource& sms, GreenReuse reuse, std::string_view name);
 
   /// The most green contexts kept for reuse per device when nobody owns them (GreenReuse).
   static constexpr std::size_t default_green_cache_limit = 8;

@@ -54,20 +54,26 @@ struct EventOwner {
 class Event {
  public:
   /// Creates an event on the current device. Interprocess events must not keep timing.
-  /// `name`: a name for Nsight Systems (see set_name()); empty (the default): none, and no
-  /// NVTX call.
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing or bits outside
   /// EventFlags, before any driver call; Error on a driver failure.
-  explicit Event(EventFlags flags = EventFlags::none, std::string_view name = {});
+  explicit Event(EventFlags flags = EventFlags::none);
+  /// Creates an event on the current device named `name` (see set_name(); empty: none, and
+  /// no NVTX call). @throws as Event(EventFlags).
+  explicit Event(EventFlags flags, std::string_view name);
   /// Creates an event on `device`, in its primary context; see Event(EventFlags).
-  explicit Event(Device device, EventFlags flags = EventFlags::none, std::string_view name = {});
+  explicit Event(Device device, EventFlags flags = EventFlags::none);
+  /// Creates an event on `device`, in its primary context, named `name`; see
+  /// Event(EventFlags, std::string_view).
+  explicit Event(Device device, EventFlags flags, std::string_view name);
   /// Creates an event in `context` (any kind), which the event keeps alive when custream owns
   /// it. The calling thread's current context is left as it was. An event of a created
   /// context can be recorded only on streams of that context; events of a device's primary
   /// and green contexts mix freely. @throws as Event(EventFlags); Error
   /// (CUDA_ERROR_INVALID_CONTEXT) for an empty Context.
-  explicit Event(const Context& context, EventFlags flags = EventFlags::none,
-                 std::string_view name = {});
+  explicit Event(const Context& context, EventFlags flags = EventFlags::none);
+  /// Creates an event in `context` named `name`; see Event(const Context&, EventFlags) and
+  /// Event(EventFlags, std::string_view).
+  explicit Event(const Context& context, EventFlags flags, std::string_view name);
 
   /// Opens an event another process exported with ipc_handle(), on the current device.
   /// @throws Error on a driver failure.

@@ -62,18 +62,23 @@ class Stream : public StreamRef {
     return Stream(flags, priority, name);
   }
   /// Creates a stream on the current device; see create().
-  explicit Stream(StreamFlags flags, int priority = 0, std::string_view name = {});
+  explicit Stream(StreamFlags flags, int priority = 0);
+  /// Creates a stream on the current device named `name`; see create().
+  explicit Stream(StreamFlags flags, int priority, std::string_view name);
   /// Creates a stream on `device`, in its primary context; see create().
-  explicit Stream(Device device, StreamFlags flags = StreamFlags::none, int priority = 0,
-                  std::string_view name = {});
+  explicit Stream(Device device, StreamFlags flags = StreamFlags::none, int priority = 0);
+  /// Creates a stream on `device`, in its primary context, named `name`; see create().
+  explicit Stream(Device device, StreamFlags flags, int priority, std::string_view name);
   /// Creates a stream in `context` (any kind; see custream/context.hpp), which the stream
   /// keeps alive when custream owns it. A stream of a green context is made with
   /// cuGreenCtxStreamCreate and is always non-blocking (the driver allows no other kind).
   /// The calling thread's current context is left as it was.
   /// @throws Error (CUDA_ERROR_INVALID_CONTEXT) for an empty Context; Error when creation
   /// fails (naming the context and device).
-  explicit Stream(const Context& context, StreamFlags flags = StreamFlags::none, int priority = 0,
-                  std::string_view name = {});
+  explicit Stream(const Context& context, StreamFlags flags = StreamFlags::none, int priority = 0);
+  /// Creates a stream in `context` named `name` (see set_name(); empty: none, and no NVTX
+  /// call). @throws as Stream(const Context&, StreamFlags, int).
+  explicit Stream(const Context& context, StreamFlags flags, int priority, std::string_view name);
   /// A Stream that views `ref` without owning it: it never destroys the stream and does not
   /// keep it alive (as an ExternalStream without a keep-alive, but with no driver call).
   explicit Stream(StreamRef ref) noexcept : StreamRef(ref) {}
