@@ -14,6 +14,7 @@
 #include "driver.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
+#include "nvtx.hpp"
 
 namespace custream {
 
@@ -191,26 +192,47 @@ void discard_capture(StreamRef s) noexcept {
 }
 }  // namespace
 
-CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode) : stream_(stream) {
-  begin_capture(stream_, mode);
+CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode)
+    : CaptureScope(stream, mode, std::string_view()) {}
+
+CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range)
+    : stream_(stream) {
+  if (!range.empty()) {  // no NVTX call without a range name (streams.md, invariant 6)
+    detail::start_range_for(this, range);
+    ranged_ = true;
+  }
+  try {
+    begin_capture(stream_, mode);
+  } catch (...) {
+    end_range();
+    throw;
+  }
   try {
     id_ = capture_id(stream_);  // throws the failing call's own error
   } catch (...) {               // no id to guard the end with: end the capture now
     discard_capture(stream_);
+    end_range();
     throw;
   }
   active_ = true;
 }
 
 CaptureScope::~CaptureScope() {
-  if (!active_) return;
-  const CaptureInfo info = capture_info(stream_);
-  if (info.result != CUDA_SUCCESS) {  // unknown whether it is ours: leave it, and say so
-    detail::report_release_failure(info.result, "cuStreamGetCaptureInfo", "stream",
-                                   stream_.handle());
-  } else if (info.status != CaptureStatus::none && info.id == id_) {
-    discard_capture(stream_);
+  if (active_) {
+    const CaptureInfo info = capture_info(stream_);
+    if (info.result != CUDA_SUCCESS) {  // unknown whether it is ours: leave it, and say so
+      detail::report_release_failure(info.result, "cuStreamGetCaptureInfo", "stream",
+                                     stream_.handle());
+    } else if (info.status != CaptureStatus::none && info.id == id_) {
+      discard_capture(stream_);
+    }
   }
+  end_range();  // after the capture's end
+}
+
+void CaptureScope::end_range() noexcept {
+  if (ranged_) detail::end_range_for(this);
+  ranged_ = false;
 }
 
 Graph CaptureScope::end(InstantiateFlags flags) {
@@ -221,6 +243,7 @@ Graph CaptureScope::end(InstantiateFlags flags) {
   try {
     Graph graph = stream_.end_capture(flags);  // keeps the stream's owned context
     active_ = false;
+    end_range();  // the capture and its instantiation are done
     return graph;
   } catch (...) {
     // Ask rather than assume (invariant 4): a refused end (e.g. from the wrong thread) may

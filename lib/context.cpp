@@ -15,6 +15,7 @@
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/sm_resource.hpp"
+#include "nvtx.hpp"
 
 namespace custream::detail {
 
@@ -215,6 +216,9 @@ bool keep(KeptGreen k) noexcept {
 }  // namespace
 
 ContextOwner::~ContextOwner() {
+  if (named.load(std::memory_order_relaxed)) {  // streams.md, invariant 5
+    forget_name(Named::context, green != nullptr ? converted : created);
+  }
   if (green == nullptr) {
     if (created != nullptr) release_call<&DriverApi::cuCtxDestroy>("context", created, created);
     return;
@@ -290,7 +294,21 @@ const char* to_string(ContextKind kind) noexcept {
   return "unknown";
 }
 
+namespace {
+// `c`, just made (or taken from the green cache) by custream: a stale name of its handle is
+// forgotten and `name`, when given, set (streams.md, invariant 5).
+Context named(Context c, std::string_view name) {
+  detail::forget_stale_name(detail::Named::context, c.handle());
+  if (!name.empty()) c.set_name(name);
+  return c;
+}
+}  // namespace
+
 Context Context::create(const Device& device, unsigned flags) {
+  return create(device, flags, std::string_view());
+}
+
+Context Context::create(const Device& device, unsigned flags, std::string_view name) {
   const detail::Loaded& l = detail::loaded();
   detail::entry<&DriverApi::cuCtxCreate>(l.api);  // an older driver: say so first
   detail::entry<&DriverApi::cuCtxPopCurrent>(l.api);
@@ -306,11 +324,19 @@ Context Context::create(const Device& device, unsigned flags) {
   detail::call<&DriverApi::cuCtxPopCurrent>(detail::subject_of(context, device.ordinal()), &popped);
   Context c(context, nullptr, device.ordinal(), ContextKind::created);
   c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
-  return c;
+  return named(std::move(c), name);
 }
 
 Context Context::create_green(const SmResource& sms, GreenReuse reuse) {
-  return create_green(std::vector<SmResource>{sms}, reuse);
+  return create_green(std::vector<SmResource>{sms}, reuse, std::string_view());
+}
+
+Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+  return create_green(sms, reuse, std::string_view());
+}
+
+Context Context::create_green(const SmResource& sms, GreenReuse reuse, std::string_view name) {
+  return create_green(std::vector<SmResource>{sms}, reuse, name);
 }
 
 namespace {
@@ -355,7 +381,8 @@ std::vector<CUdevResource> group_resources(const std::vector<SmResource>& sms) {
 }
 }  // namespace
 
-Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse) {
+Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reuse,
+                              std::string_view name) {
   std::vector<CUdevResource> resources = group_resources(sms);
   const int device = sms.front().device_id();
   auto owner = std::make_unique<detail::ContextOwner>();  // first: a failure leaks nothing
@@ -369,7 +396,7 @@ Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reu
       owner->groups = std::move(kept.groups);
       Context c(kept.converted, kept.green, device, ContextKind::green);
       c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
-      return c;
+      return named(std::move(c), name);
     }
   }
   const detail::Loaded& l = detail::loaded();
@@ -399,7 +426,18 @@ Context Context::create_green(const std::vector<SmResource>& sms, GreenReuse reu
   if (owner->reuse) owner->groups = std::move(resources);
   Context c(context, green, device, ContextKind::green);
   c.owner_ = detail::Shared<detail::ContextOwner>(owner.release());
-  return c;
+  return named(std::move(c), name);
+}
+
+void Context::set_name(std::string_view name) const {
+  detail::nonempty(*this, "custream::Context::set_name");
+  // Flagged first: an owned context's name is forgotten when it goes (streams.md, invariant 5).
+  if (owner_) owner_.get()->named.store(true, std::memory_order_relaxed);
+  detail::set_name(detail::Named::context, handle_, name);
+}
+
+std::string Context::name() const {
+  return handle_ != nullptr ? detail::name_of(detail::Named::context, handle_) : std::string();
 }
 
 std::size_t Context::green_cache_limit() noexcept {

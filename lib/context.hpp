@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ struct ContextOwner : Counted {
   CUcontext converted = nullptr;      // a green context's CUcontext (cuCtxFromGreenCtx)
   std::vector<CUdevResource> groups;  // a reusable green context's SM groups: its cache key
   int device = -1;
-  bool reuse = false;  // kept in the cache when the last reference goes
+  bool reuse = false;              // kept in the cache when the last reference goes
+  std::atomic<bool> named{false};  // named: its name is forgotten when it goes (or is kept)
 };
 
 }  // namespace custream::detail

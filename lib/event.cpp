@@ -10,13 +10,16 @@
 #include "custream/current_stream.hpp"
 #include "custream/error.hpp"
 #include "custream/stream.hpp"
+#include "nvtx.hpp"
 #include "shared.hpp"
 
 namespace custream {
 namespace detail {
 
 EventOwner::~EventOwner() {
-  if (event != nullptr) release_call<&DriverApi::cuEventDestroy>("event", event, event);
+  if (event == nullptr) return;
+  if (named.load(std::memory_order_relaxed)) forget_name(Named::event, event);
+  release_call<&DriverApi::cuEventDestroy>("event", event, event);
 }
 template struct Refs<EventOwner>;
 
@@ -73,17 +76,43 @@ Event::Event(int device, CUcontext context, EventFlags flags, Create create)
   owner->context = context;
   handle_ = event;
   owner_ = detail::Shared<detail::EventOwner>(owner.release());
+  detail::forget_stale_name(detail::Named::event, event);  // streams.md, invariant 5
 }
 
-Event::Event(EventFlags flags) : Event((checked(flags), Device::current()), flags) {}
+Event::Event(EventFlags flags) : Event(flags, std::string_view()) {}
 
-Event::Event(Device device, EventFlags flags)
-    : Event(in_context(device.ordinal(), nullptr, checked(flags))) {}
+Event::Event(EventFlags flags, std::string_view name)
+    : Event((checked(flags), Device::current()), flags, name) {}
+
+Event::Event(Device device, EventFlags flags) : Event(device, flags, std::string_view()) {}
+
+Event::Event(Device device, EventFlags flags, std::string_view name)
+    : Event(in_context(device.ordinal(), nullptr, checked(flags))) {
+  if (!name.empty()) set_name(name);
+}
 
 Event::Event(const Context& context, EventFlags flags)
+    : Event(context, flags, std::string_view()) {}
+
+Event::Event(const Context& context, EventFlags flags, std::string_view name)
     : Event(in_context(detail::nonempty(context, "custream::Event").device_id(), context.handle(),
                        checked(flags))) {
   if (context.owned()) owner_.get()->keep = context;
+  if (!name.empty()) set_name(name);
+}
+
+void Event::set_name(std::string_view name) const {
+  if (!owner_) {
+    throw Error(CUDA_ERROR_INVALID_HANDLE, "custream::Event::set_name", {},
+                "custream refused it without calling the driver or NVTX: the Event is empty "
+                "(moved from)");
+  }
+  owner_.get()->named.store(true, std::memory_order_relaxed);  // forgotten when destroyed
+  detail::set_name(detail::Named::event, handle_, name);
+}
+
+std::string Event::name() const {
+  return owner_ ? detail::name_of(detail::Named::event, handle_) : std::string();
 }
 
 Event Event::in_context(int device, CUcontext context, EventFlags flags) {

@@ -16,6 +16,7 @@
 #include "custream/error.hpp"
 #include "custream/graph_instantiate_error.hpp"
 #include "custream/graph_update_error.hpp"
+#include "custream/nvtx_range.hpp"
 #include "driver.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
@@ -272,6 +273,11 @@ void Graph::launch(StreamRef stream) const {
   if (exec_ == nullptr) refuse_empty("cuGraphLaunch");
   const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());
   if (r != CUDA_SUCCESS) launch_failed(r, stream);
+}
+
+void Graph::launch(StreamRef stream, std::string_view range) const {
+  const NvtxRange scope(range);  // ends after the launch, also when it throws
+  launch(stream);
 }
 
 void Graph::launch_failed(CUresult r, StreamRef stream) const {

@@ -215,12 +215,22 @@ std::ostream& operator<<(std::ostream& out, const StreamRef& stream) {
 
 // --- Stream ---
 
-Stream::Stream(StreamFlags flags, int priority) : Stream(Device::current(), flags, priority) {}
+Stream::Stream(StreamFlags flags, int priority) : Stream(flags, priority, {}) {}
+
+Stream::Stream(StreamFlags flags, int priority, std::string_view name)
+    : Stream(Device::current(), flags, priority, name) {}
 
 Stream::Stream(Device device, StreamFlags flags, int priority)
-    : Stream(device.primary_context(), flags, priority) {}
+    : Stream(device, flags, priority, {}) {}
 
-Stream::Stream(const Context& context, StreamFlags stream_flags, int priority) {
+Stream::Stream(Device device, StreamFlags flags, int priority, std::string_view name)
+    : Stream(device.primary_context(), flags, priority, name) {}
+
+Stream::Stream(const Context& context, StreamFlags flags, int priority)
+    : Stream(context, flags, priority, {}) {}
+
+Stream::Stream(const Context& context, StreamFlags stream_flags, int priority,
+               std::string_view name) {
   if ((static_cast<unsigned>(stream_flags) & ~static_cast<unsigned>(StreamFlags::non_blocking)) !=
       0) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream", {},
@@ -260,6 +270,28 @@ Stream::Stream(const Context& context, StreamFlags stream_flags, int priority) {
   owner_ = detail::Shared<detail::StreamOwner>(owner.release());
   StreamRef::operator=(
       StreamRef(handle, context.handle(), ordinal, Kind::created, non_blocking, context.kind()));
+  detail::forget_stale_name(detail::Named::stream, handle);  // streams.md, invariant 5
+  if (!name.empty()) set_name(name);
+}
+
+void Stream::set_name(std::string_view name) const {
+  if (is_special()) {
+    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream::set_name", to_string(),
+                "custream refused it without calling the driver or NVTX: a special handle (0, "
+                "CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is no one stream; name a stream "
+                "custream created or wrapped");
+  }
+  // Flagged first: a created stream's name is forgotten when it is destroyed (streams.md,
+  // invariant 5).
+  if (owner_ && owner_.get()->destroy != nullptr) {
+    owner_.get()->named.store(true, std::memory_order_relaxed);
+  }
+  detail::set_name(detail::Named::stream, handle(), name);
+}
+
+std::string Stream::name() const {
+  if (is_special()) return {};
+  return detail::name_of(detail::Named::stream, handle());
 }
 
 void Stream::keep(std::shared_ptr<void> keep_alive) {

@@ -2,6 +2,8 @@
 /// custream::CaptureScope: a stream capture that always ends.
 #pragma once
 
+#include <string_view>
+
 #include "custream/capture_mode.hpp"
 #include "custream/graph.hpp"
 #include "custream/instantiate_flags.hpp"
@@ -25,6 +27,12 @@ class CaptureScope {
   /// the stream lives at least as long.
   /// @throws as Stream::begin_capture (nothing to end then).
   explicit CaptureScope(const Stream& stream, CaptureMode mode = CaptureMode::relaxed);
+  /// As CaptureScope(stream, mode), inside an NVTX range named `range` (see NvtxRange): it
+  /// opens before the capture begins and ends once the capture has ended (end(), the
+  /// destructor, or this constructor throwing), so Nsight Systems shows the capture under that
+  /// name. An empty `range` sends nothing.
+  /// @throws as CaptureScope(stream, mode); std::bad_alloc.
+  explicit CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range);
   /// Ends the capture unless end() did, discarding the graph. Never throws.
   ~CaptureScope();
 
@@ -45,8 +53,12 @@ class CaptureScope {
   bool active() const noexcept { return active_; }
 
  private:
+  /// Ends the scope's NVTX range, if it has one. Never throws.
+  void end_range() noexcept;
+
   Stream stream_;
   bool active_ = false;
+  bool ranged_ = false;        // an NVTX range is open, keyed by this (a CaptureScope never moves)
   unsigned long long id_ = 0;  // the capture this scope began
 };
 

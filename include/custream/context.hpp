@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "custream/detail/shared.hpp"
@@ -68,6 +69,9 @@ class Context {
   /// left as it was (the driver pushes the new context; custream pops it).
   /// @throws Error naming the device and flags when the driver refuses.
   static Context create(const Device& device, unsigned flags = 0);
+  /// create(device, flags), named `name` (see set_name(); empty: none, and no NVTX call).
+  /// @throws as create(const Device&, unsigned).
+  static Context create(const Device& device, unsigned flags, std::string_view name);
   /// A green context of SM groups of one device, owned by the returned value; see
   /// Device::split_sms(). Needs a driver of CUDA 12.4 or newer and a GPU that supports green
   /// contexts.
@@ -89,8 +93,15 @@ class Context {
   /// failure.
   static Context create_green(const std::vector<SmResource>& sms,
                               GreenReuse reuse = GreenReuse::cached);
+  /// create_green(sms, reuse), named `name` (see set_name(); empty: none, and no NVTX call).
+  /// A kept context handed out again starts unnamed in custream (a tool may still show the
+  /// name NVTX was last given for it). @throws as create_green(sms, reuse).
+  static Context create_green(const std::vector<SmResource>& sms, GreenReuse reuse,
+                              std::string_view name);
   /// create_green({sms}, reuse).
   static Context create_green(const SmResource& sms, GreenReuse reuse = GreenReuse::cached);
+  /// create_green({sms}, reuse, name).
+  static Context create_green(const SmResource& sms, GreenReuse reuse, std::string_view name);
 
   /// The most green contexts kept for reuse per device when nobody owns them (GreenReuse).
   static constexpr std::size_t default_green_cache_limit = 8;
@@ -152,6 +163,20 @@ class Context {
   /// Makes the context current in this thread (cuCtxSetCurrent). Prefer ContextScope, which
   /// also keeps an owned context alive. @throws Error on a driver failure.
   void make_current() const;
+
+  /// Names the context for Nsight Systems: custream keeps `name` (name() reads it back, from
+  /// every Context of this CUcontext) and sends it to NVTX (nvtxNameCuContextA, with handle();
+  /// for a green context the converted CUcontext) when built with the toolkit's nvtx3
+  /// (NvtxRange::enabled()). An empty `name` forgets the kept name. Wrapping a context never
+  /// names it; this does, also for a primary or foreign context, whose name custream keeps
+  /// until it is named again (custream cannot see its end). An owned context's name is
+  /// forgotten when its last user goes.
+  /// @throws Error (CUDA_ERROR_INVALID_CONTEXT, refused without calling the driver or NVTX) for
+  /// an empty Context.
+  void set_name(std::string_view name) const;
+  /// The name set_name() or creation gave this CUcontext; empty when none.
+  /// @throws std::bad_alloc.
+  std::string name() const;
 
   /// "<Context 0x… (green, device 0)>".
   std::string to_string() const;

@@ -31,6 +31,7 @@
 #include "custream/library.hpp"
 #include "custream/library_kernel.hpp"
 #include "custream/module.hpp"
+#include "custream/nvtx_range.hpp"
 #include "custream/release_error.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/sm_resource.hpp"

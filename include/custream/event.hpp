@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "custream/context.hpp"
 #include "custream/detail/shared.hpp"
@@ -38,6 +40,7 @@ struct EventOwner {
   ~EventOwner();  ///< destroys the CUevent (never throws)
   std::atomic<long> refs{1};
   std::atomic<bool> recorded{false};  ///< some copy recorded it (for elapsed-time errors)
+  std::atomic<bool> named{false};     ///< named: its name is forgotten when it is destroyed
   CUevent event = nullptr;
   CUcontext context = nullptr;  ///< the context it was made in
   Context keep;                 ///< an owned context it was made in, kept alive
@@ -54,14 +57,23 @@ class Event {
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) for interprocess|timing or bits outside
   /// EventFlags, before any driver call; Error on a driver failure.
   explicit Event(EventFlags flags = EventFlags::none);
+  /// Creates an event on the current device named `name` (see set_name(); empty: none, and
+  /// no NVTX call). @throws as Event(EventFlags).
+  explicit Event(EventFlags flags, std::string_view name);
   /// Creates an event on `device`, in its primary context; see Event(EventFlags).
   explicit Event(Device device, EventFlags flags = EventFlags::none);
+  /// Creates an event on `device`, in its primary context, named `name`; see
+  /// Event(EventFlags, std::string_view).
+  explicit Event(Device device, EventFlags flags, std::string_view name);
   /// Creates an event in `context` (any kind), which the event keeps alive when custream owns
   /// it. The calling thread's current context is left as it was. An event of a created
   /// context can be recorded only on streams of that context; events of a device's primary
   /// and green contexts mix freely. @throws as Event(EventFlags); Error
   /// (CUDA_ERROR_INVALID_CONTEXT) for an empty Context.
   explicit Event(const Context& context, EventFlags flags = EventFlags::none);
+  /// Creates an event in `context` named `name`; see Event(const Context&, EventFlags) and
+  /// Event(EventFlags, std::string_view).
+  explicit Event(const Context& context, EventFlags flags, std::string_view name);
 
   /// Opens an event another process exported with ipc_handle(), on the current device.
   /// @throws Error on a driver failure.
@@ -86,6 +98,17 @@ class Event {
   CUcontext context() const noexcept { return owner_ ? owner_.get()->context : nullptr; }
   /// The flags it was created with.
   EventFlags flags() const noexcept { return flags_; }
+
+  /// Names the event for Nsight Systems: custream keeps `name` (name() reads it back, from
+  /// every copy) and sends it to NVTX (nvtxNameCuEventA) when built with the toolkit's nvtx3
+  /// (NvtxRange::enabled()). An empty `name` forgets the kept name. The name is forgotten when
+  /// the CUevent is destroyed.
+  /// @throws Error (CUDA_ERROR_INVALID_HANDLE, refused without calling the driver or NVTX) for
+  /// an empty Event.
+  void set_name(std::string_view name) const;
+  /// The name set_name() or creation gave the event; empty when none.
+  /// @throws std::bad_alloc.
+  std::string name() const;
 
   /// Records the event on the current stream of its device. When that is a special handle
   /// (the null stream by default), it is recorded with the context the event was made in

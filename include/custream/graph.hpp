@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "custream/context.hpp"
 #include "custream/detail/shared.hpp"
@@ -79,6 +80,11 @@ class Graph {
   /// Launches the executable on `stream` (cuGraphLaunch: one driver call, no context
   /// switch). @throws Error naming the graph and stream on a driver failure.
   void launch(StreamRef stream) const;
+  /// Launches the executable on `stream` inside an NVTX range named `range` (NvtxRange), so
+  /// that Nsight Systems shows the launch, and the GPU work it enqueues, under that name. An
+  /// empty `range` sends nothing. launch(StreamRef) stays one driver call with no NVTX check.
+  /// @throws as launch(StreamRef); std::bad_alloc.
+  void launch(StreamRef stream, std::string_view range) const;
   /// Uploads the executable on the current stream of the current device (cuGraphUpload).
   /// @throws Error on a driver failure.
   void upload() const;

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -52,14 +54,21 @@ class Stream : public StreamRef {
   ///                  default stream.
   /// @param priority  lower is higher priority; the driver clamps it to its range
   ///                  (priority() reads back the clamped value).
+  /// @param name      a name for Nsight Systems (see set_name()); empty (the default): none,
+  ///                  and no NVTX call.
   /// @throws Error when creation fails (naming the device).
-  static Stream create(StreamFlags flags = StreamFlags::none, int priority = 0) {
-    return Stream(flags, priority);
+  static Stream create(StreamFlags flags = StreamFlags::none, int priority = 0,
+                       std::string_view name = {}) {
+    return Stream(flags, priority, name);
   }
   /// Creates a stream on the current device; see create().
   explicit Stream(StreamFlags flags, int priority = 0);
+  /// Creates a stream on the current device named `name`; see create().
+  explicit Stream(StreamFlags flags, int priority, std::string_view name);
   /// Creates a stream on `device`, in its primary context; see create().
   explicit Stream(Device device, StreamFlags flags = StreamFlags::none, int priority = 0);
+  /// Creates a stream on `device`, in its primary context, named `name`; see create().
+  explicit Stream(Device device, StreamFlags flags, int priority, std::string_view name);
   /// Creates a stream in `context` (any kind; see custream/context.hpp), which the stream
   /// keeps alive when custream owns it. A stream of a green context is made with
   /// cuGreenCtxStreamCreate and is always non-blocking (the driver allows no other kind).
@@ -67,6 +76,9 @@ class Stream : public StreamRef {
   /// @throws Error (CUDA_ERROR_INVALID_CONTEXT) for an empty Context; Error when creation
   /// fails (naming the context and device).
   explicit Stream(const Context& context, StreamFlags flags = StreamFlags::none, int priority = 0);
+  /// Creates a stream in `context` named `name` (see set_name(); empty: none, and no NVTX
+  /// call). @throws as Stream(const Context&, StreamFlags, int).
+  explicit Stream(const Context& context, StreamFlags flags, int priority, std::string_view name);
   /// A Stream that views `ref` without owning it: it never destroys the stream and does not
   /// keep it alive (as an ExternalStream without a keep-alive, but with no driver call).
   explicit Stream(StreamRef ref) noexcept : StreamRef(ref) {}
@@ -108,6 +120,21 @@ class Stream : public StreamRef {
   /// (CuPy's `use()`). A special handle becomes current for the current device.
   /// @throws Error when the stream's device is not the current device (naming both).
   const Stream& use() const;
+
+  /// Names the stream for Nsight Systems: custream keeps `name` (name() reads it back, from
+  /// every handle to this CUstream) and sends it to NVTX (nvtxNameCuStreamA) when built with
+  /// the toolkit's nvtx3 (NvtxRange::enabled()). An empty `name` forgets the kept name. A
+  /// name is the stream's, not this value's: copies, ExternalStream wraps and Stream(StreamRef)
+  /// views of the same CUstream share it. Wrapping a stream never names it; this does, also
+  /// for a foreign stream. A created stream's name is forgotten when it is destroyed; a foreign
+  /// stream's is kept until named again (custream cannot see its end; a stream custream
+  /// creates later with the same handle value starts unnamed).
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE, refused without calling the driver or NVTX) for
+  /// a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which is no one stream.
+  void set_name(std::string_view name) const;
+  /// The name set_name() or creation gave this CUstream; empty when none.
+  /// @throws std::bad_alloc.
+  std::string name() const;
 
   // --- Host functions (custream/host_function.hpp) ---
 
