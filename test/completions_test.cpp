@@ -1412,7 +1412,8 @@ TEST_CASE("completions: a registration keeps its created or green context until 
     Completions engine(with(CompletionMechanism::automatic, delivery));
     {
       auto context = std::make_unique<custream::Context>(
-          green ? custream::Context::create_green(Device(0).split_sms(1, 1).groups.at(0))
+          green ? custream::Context::create_green(Device(0).split_sms(1, 1).groups.at(0),
+                                                  custream::GreenReuse::none)  // destroyed
                 : custream::Context::create(Device(0)));
       auto s = std::make_unique<Stream>(*context, StreamFlags::non_blocking);
       auto gate = std::make_unique<Gate>(*s);

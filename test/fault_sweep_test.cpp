@@ -600,7 +600,8 @@ void use_kept_completions(bool green, custream::CompletionDelivery delivery) {
   std::future<void> done;
   {
     const custream::Context c =
-        green ? custream::Context::create_green(custream::Device(0).split_sms(1, 1).groups.at(0))
+        green ? custream::Context::create_green(custream::Device(0).split_sms(1, 1).groups.at(0),
+                                                custream::GreenReuse::none)  // destroyed
               : custream::Context::create(custream::Device(0));
     Stream s(c, custream::StreamFlags::non_blocking);
     s.launch_host_func(
