@@ -2,7 +2,7 @@
 /// custream::CaptureInfo: a stream's capture status and id, as a non-throwing query answers.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include "custream/capture_status.hpp"
 

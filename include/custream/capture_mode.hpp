@@ -2,7 +2,7 @@
 /// custream::CaptureMode: how a stream capture treats capture-unsafe calls of other threads.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 namespace custream {
 

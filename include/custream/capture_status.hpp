@@ -2,7 +2,7 @@
 /// custream::CaptureStatus: whether a stream captures.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 namespace custream {
 

@@ -2,7 +2,7 @@
 /// custream::Completions: being told when GPU work is done without a host function.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <chrono>
 #include <cstddef>

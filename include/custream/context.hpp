@@ -2,7 +2,7 @@
 /// custream::Context: a CUDA context of any kind (primary, created, green) as a value handle.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,7 @@
 /// custream::ContextScope: make a context current for a scope, then restore the previous one.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include "custream/context.hpp"
 

@@ -2,7 +2,7 @@
 /// custream::Device: a CUDA device and its primary context.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <string>

@@ -2,7 +2,7 @@
 /// custream::DeviceBuffer: a small RAII device allocation.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 

@@ -2,9 +2,9 @@
 /// The CUDA driver as custream loads it: at run time, once, lazily, thread-safely.
 #pragma once
 
-#include <cudaTypedefs.h>
-
 #include <string>
+
+#include "custream/detail/cuda.hpp"
 
 namespace custream {
 

@@ -2,7 +2,7 @@
 /// custream::Error and the std::error_category for CUresult.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -2,7 +2,7 @@
 /// custream::Event: a CUDA event as a value handle.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <atomic>
 #include <chrono>

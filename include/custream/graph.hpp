@@ -2,7 +2,7 @@
 /// custream::Graph: a CUDA graph and its executable, as a value handle.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <cstdint>

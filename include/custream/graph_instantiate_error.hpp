@@ -2,7 +2,7 @@
 /// custream::GraphInstantiateError: a graph that could not be instantiated.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <string>
 

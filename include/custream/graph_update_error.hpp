@@ -2,7 +2,7 @@
 /// custream::GraphUpdateError: an executable graph that could not be updated.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <string>
 

@@ -3,7 +3,7 @@
 /// whose payloads live as long as any graph that captured them.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <type_traits>
 #include <utility>

@@ -2,7 +2,7 @@
 /// custream::InstantiateFlags: how a Graph is instantiated.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 namespace custream {
 

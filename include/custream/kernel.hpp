@@ -3,7 +3,7 @@
 /// arguments.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <type_traits>

@@ -2,7 +2,7 @@
 /// custream::LaunchConfig: a kernel launch with launch attributes (cuLaunchKernelEx).
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <optional>

@@ -2,7 +2,7 @@
 /// custream::Library: code loaded once for the whole process and every device (CUlibrary).
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <string>

@@ -2,7 +2,7 @@
 /// custream::LibraryKernel: a kernel of a Library (CUkernel), launched on any device's stream.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <string>

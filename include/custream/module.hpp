@@ -2,7 +2,7 @@
 /// custream::Module: a loaded CUDA module (PTX, cubin or fatbin), as a value handle.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <string>
 #include <string_view>

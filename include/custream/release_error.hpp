@@ -2,7 +2,7 @@
 /// custream::ReleaseError: a driver call that failed inside a destructor.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <string>
 

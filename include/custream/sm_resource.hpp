@@ -2,7 +2,7 @@
 /// custream::SmResource: a set of a device's SMs, split into groups for green contexts.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <vector>
 

@@ -2,7 +2,7 @@
 /// custream::Stream: a CUDA stream as a cheap value handle (CuPy's `Stream`).
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <functional>

@@ -2,7 +2,7 @@
 /// custream::StreamRef: a non-owning view of a CUDA stream, with the one-call operations.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // part of custream's API. Design: docs/design/loading.md (the call layer).
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <optional>
 #include <string>

@@ -6,8 +6,7 @@
 // symbol name and a version into a type name, and the X-list keeps the table in one place.
 #pragma once
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
+#include "custream/detail/cuda.hpp"
 
 /// X(field, symbol, version, required)
 ///   field:      member name in detail::DriverApi

@@ -4,7 +4,7 @@
 /// docs/design/host_functions.md.
 #pragma once
 
-#include <cuda.h>
+#include "custream/detail/cuda.hpp"
 
 #include <cstddef>
 #include <cstring>
