@@ -1,6 +1,8 @@
 // The loader's paths, each in a process of its own (the driver is loaded once per process):
 // test/meson.build runs this binary once per tag, with its own CUSTREAM_LIBCUDA.
 #include <dlfcn.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "catch_compat.hpp"
@@ -145,6 +148,51 @@ TEST_CASE("no library and none named: the error says how to run on the emulator"
         "no CUDA driver found (libcuda.so.1");
   const std::string hint = "without a GPU, set CUSTREAM_LIBCUDA to custream's CPU driver emulator";
   CHECK(contains_text(what, hint) == hint);
+}
+
+TEST_CASE("CUSTREAM_EMU_FAIL takes a result by its name", "[loader-emu-fail-named]") {
+  const std::string what = expect_load_failure(CUDA_ERROR_UNKNOWN);
+  CHECK(contains_text(what, "cuDeviceGetCount") == "cuDeviceGetCount");
+}
+
+// A fault the emulator cannot inject ends the process with a message: a test meant to fail a
+// call would otherwise pass without it.
+TEST_CASE("CUSTREAM_EMU_FAIL refuses what it cannot inject, loudly", "[loader-emu-fail-refused]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"cuDeviceGetCont:1:2", "names no entry point the emulator serves"},
+      {"cuDeviceGetCount:1:CUDA_ERROR_NO_SUCH_THING", "has no error result"},
+      {"cuDeviceGetCount:first:2", "has no positive call count"},
+      {"cuDeviceGetCount:0:2", "has no positive call count"},
+      {"cuDeviceGetCount", "is not entry:nth:result"},
+      {"cuDeviceGetCount:1:2,cuInit:1:0", "has no error result"},
+  };
+  for (const auto& [spec, why] : cases) {
+    INFO(spec);
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      dup2(out[1], 2);
+      setenv("CUSTREAM_EMU_FAIL", spec, 1);
+      try {
+        (void)custream::Device::count();
+      } catch (...) {
+      }
+      _exit(0);  // the fault was taken: not what is expected
+    }
+    close(out[1]);
+    std::string text;
+    char buffer[512];
+    for (ssize_t n; (n = read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+    close(out[0]);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(contains_text(text, "CUSTREAM_EMU_FAIL") == "CUSTREAM_EMU_FAIL");
+    CHECK(contains_text(text, why) == why);
+  }
 }
 
 TEST_CASE("a library without cuGetProcAddress_v2", "[loader-no-entry-point]") {

@@ -432,6 +432,8 @@ void register_green_entries(std::vector<Entry>& out);
 /// The implementation of entry point `name` at ABI `version` (the greatest registered version
 /// <= version), or nullptr: what cuGetProcAddress serves, for the exported symbols.
 void* entry_point(const char* name, int version);
+/// Whether the emulator serves an entry point of that name (at any version).
+bool known_entry(const char* name);
 
 }  // namespace emu
 

@@ -1,8 +1,10 @@
 // Emulator state singleton, fault injection and the test-control exports (emu_control.h).
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "../../lib/result_names.hpp"
 #include "emu.hpp"
 #include "emu_control.h"
 
@@ -23,12 +25,38 @@ struct Faults {
   std::map<std::string, long> counts;
 };
 
+// A result of CUSTREAM_EMU_FAIL: a positive number or a CUresult's name (CUDA_ERROR_…); 0 when
+// it is neither.
+int parse_result(const std::string& text) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (!text.empty() && *end == '\0') return n > 0 && n < 100000 ? static_cast<int>(n) : 0;
+  for (int r = 1; r < 100000; ++r) {
+    const char* name = custream::detail::result_name(static_cast<CUresult>(r));
+    if (name != nullptr && text == name) return r;
+  }
+  return 0;
+}
+
+// A CUSTREAM_EMU_FAIL that cannot be honoured ends the process with a message: a test that
+// meant to fail a call would otherwise pass without it (a misspelled entry point, a result
+// that is not one).
+[[noreturn]] void refuse_fail_spec(const char* spec, const std::string& item, const char* why) {
+  std::fprintf(stderr,
+               "custream emulator: CUSTREAM_EMU_FAIL=\"%s\": \"%s\" %s (each item is "
+               "entry:nth:result, e.g. cuMemAlloc:1:CUDA_ERROR_OUT_OF_MEMORY or cuMemAlloc:1:2)\n",
+               spec, item.c_str(), why);
+  std::_Exit(2);
+}
+
 // CUSTREAM_EMU_FAIL="name:nth:result[,name:nth:result…]": faults pending from the start, for
 // calls made while the driver loads (cuInit, cuDeviceGetCount, cuDeviceGet), before a test can
-// call custream_emu_fail_call. Malformed items are ignored.
+// call custream_emu_fail_call. `name` is an entry point the emulator serves, `nth` a positive
+// count, `result` a positive number or a CUresult's name; anything else ends the process with a
+// message (refuse_fail_spec).
 void add_faults_from_environment(Faults& f) {
   const char* spec = std::getenv("CUSTREAM_EMU_FAIL");
-  if (spec == nullptr) return;
+  if (spec == nullptr || spec[0] == '\0') return;
   std::string rest = spec;
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
@@ -36,11 +64,20 @@ void add_faults_from_environment(Faults& f) {
     rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
     const size_t a = item.find(':');
     const size_t b = a == std::string::npos ? a : item.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const int nth = std::atoi(item.substr(a + 1, b - a - 1).c_str());
-    const int result = std::atoi(item.substr(b + 1).c_str());
-    if (a == 0 || nth < 1 || result <= 0) continue;
-    f.pending[item.substr(0, a)].emplace_back(nth, static_cast<CUresult>(result));
+    if (b == std::string::npos) refuse_fail_spec(spec, item, "is not entry:nth:result");
+    const std::string name = item.substr(0, a);
+    if (!known_entry(name.c_str())) {
+      refuse_fail_spec(spec, item, "names no entry point the emulator serves");
+    }
+    const std::string count = item.substr(a + 1, b - a - 1);
+    char* end = nullptr;
+    const long nth = std::strtol(count.c_str(), &end, 10);
+    if (count.empty() || *end != '\0' || nth < 1 || nth > 1000000000) {
+      refuse_fail_spec(spec, item, "has no positive call count");
+    }
+    const int result = parse_result(item.substr(b + 1));
+    if (result == 0) refuse_fail_spec(spec, item, "has no error result (a number or CUDA_ERROR_…)");
+    f.pending[name].emplace_back(static_cast<int>(nth), static_cast<CUresult>(result));
   }
   f.any.store(!f.pending.empty());
 }

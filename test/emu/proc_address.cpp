@@ -117,6 +117,8 @@ CUresult get_proc_address_v2(const char* symbol, void** pfn, int version, cuuint
 
 }  // namespace
 
+bool known_entry(const char* name) { return table().count(name) != 0; }
+
 void* entry_point(const char* name, int version) {
   bool known = false;
   const Entry* e = find_entry(table(), name, version, &known);
