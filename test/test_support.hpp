@@ -17,6 +17,7 @@
 #include "custream/device.hpp"
 #include "custream/driver.hpp"
 #include "custream/error.hpp"
+#include "custream/testing.hpp"
 
 namespace custream_test {
 
@@ -34,9 +35,7 @@ inline std::string why_no_driver() {
 /// driver is not custream's CPU emulator.
 template <typename Fn>
 Fn emu_symbol(const char* name) {
-  if (!custream::driver_available()) return nullptr;
-  void* handle = dlopen(custream::driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  return handle != nullptr ? reinterpret_cast<Fn>(dlsym(handle, name)) : nullptr;
+  return custream::testing::driver_symbol<Fn>(name);
 }
 
 /// True when the loaded driver is custream's CPU emulator (test/emu).

@@ -8,11 +8,14 @@
 /// change with custream's internals, without notice between minor versions.
 #pragma once
 
+#include <dlfcn.h>
+
 #include <cstddef>
 
 #include "custream/completions.hpp"
 #include "custream/detail/driver.hpp"
 #include "custream/detail/host_task.hpp"
+#include "custream/driver.hpp"
 
 /// Benchmark and test hooks: the raw driver custream calls, the host-task pool's state, and a
 /// Completions' wake-up counts.
@@ -28,6 +31,25 @@ using DriverApi = detail::DriverApi;
 /// driver, through the same pointers, on the same handles.
 /// @throws Error when there is no usable driver (the same error driver_info() throws).
 inline const DriverApi& driver() { return detail::api(); }
+
+/// A function the loaded driver library exports under `name` (dlsym on the library custream
+/// loaded), or nullptr where it exports none or no driver can be loaded: e.g. the controls of
+/// custream's CPU driver emulator (`<custream/emu_control.h>`: register a kernel's CPU
+/// implementation, inject a fault), which a program that runs on a GPU or on the emulator finds
+/// this way. Never throws.
+template <typename Fn>
+Fn driver_symbol(const char* name) noexcept {
+  try {
+    if (!driver_available()) return nullptr;
+    void* handle = ::dlopen(driver_info().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) return nullptr;
+    void* symbol = ::dlsym(handle, name);
+    ::dlclose(handle);  // custream's own handle keeps the library loaded
+    return reinterpret_cast<Fn>(symbol);
+  } catch (...) {  // no memory for the library's path
+    return nullptr;
+  }
+}
 
 /// A snapshot of the host-task pool (the heap blocks behind Stream::launch_host_func and
 /// add_callback): how many blocks it made and where the free ones are.
