@@ -2,6 +2,7 @@
 // reads words the stream wrote), without host functions. Design: docs/design/completions.md.
 #include "custream/completions.hpp"
 
+#include <fcntl.h>
 #include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
@@ -427,17 +428,87 @@ void free_task_block(void* block) noexcept {
 
 namespace {
 
+// The Streams that registrations kept (invariant 14), released on a thread of their own when
+// the watcher is done with them: the last release of a created or green context waits for the
+// context's work (cuCtxDestroy, or the drain before a green context is kept), which on the
+// watcher would hold back every other registration of its engine, and wait forever for work
+// that waits on one of them. Started on first use, never stopped (it waits, using no CPU);
+// what it has not released at exit is abandoned with the process.
+class KeptReleaser {
+ public:
+  static KeptReleaser& instance() {
+    static auto* releaser = new KeptReleaser;  // never destroyed: its thread may outlive statics
+    return *releaser;
+  }
+  // Releases `keep` on the releaser's thread, counting it in `releasing` until it is released;
+  // here when it cannot be handed on (no thread or no memory).
+  void release(Stream* keep, std::atomic<std::size_t>& releasing) noexcept {
+    try {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!started_) {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      }
+      queue_.emplace_back(keep, &releasing);
+      releasing.fetch_add(1, std::memory_order_relaxed);
+      lock.unlock();
+      ready_.notify_one();
+      return;
+    } catch (...) {
+    }
+    delete keep;
+  }
+  // fork() (invariant 15): held by the forking thread across it; the child has no releaser
+  // thread, and what was queued is the parent's (abandoned there).
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork(bool child) noexcept {
+    if (!child) {
+      mutex_.unlock();
+      return;
+    }
+    ::new (&mutex_) std::mutex();
+    ::new (&ready_) std::condition_variable();
+    // The parent's copies: leaked, never released here.
+    ::new (&queue_) std::deque<std::pair<Stream*, std::atomic<std::size_t>*>>();
+    started_ = false;
+  }
+
+ private:
+  [[noreturn]] void run() noexcept {
+    for (;;) {
+      std::pair<Stream*, std::atomic<std::size_t>*> item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return !queue_.empty(); });
+        item = queue_.front();
+        queue_.pop_front();
+      }
+      delete item.first;
+      item.second->fetch_sub(1, std::memory_order_release);  // its engine may go now
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::pair<Stream*, std::atomic<std::size_t>*>> queue_;
+  bool started_ = false;
+};
+
 // Destroys `task` (run, or not to be run), then what it keeps (invariant 14): the event made in
 // its stream's created context, then its copy of the Stream, so that an owned context goes
-// last, after everything made in it.
-void finish_task(CompletionTask* task) noexcept {
+// last, after everything made in it; with `releasing` (the watcher's engine's count), the copy
+// on the KeptReleaser's thread.
+void finish_task(CompletionTask* task, std::atomic<std::size_t>* releasing = nullptr) noexcept {
   Stream* const keep = task->keep;
   const CUevent event =
       keep != nullptr && task->word == nullptr && !task->pooled ? task->event : nullptr;
   task->destroy(task);
   if (keep == nullptr) return;
   if (event != nullptr) release_call<&DriverApi::cuEventDestroy>("event", event, event);
-  delete keep;
+  if (releasing != nullptr) {
+    KeptReleaser::instance().release(keep, *releasing);
+  } else {
+    delete keep;
+  }
 }
 
 struct TaskDeleter {
@@ -445,14 +516,16 @@ struct TaskDeleter {
 };
 using TaskPtr = std::unique_ptr<CompletionTask, TaskDeleter>;
 
-// Runs `task` with `result`, reporting what it throws (invariant 5), then destroys it.
-void run_task(CompletionTask* task, CUresult result) noexcept {
+// Runs `task` with `result`, reporting what it throws (invariant 5), then destroys it
+// (`releasing`: see finish_task()).
+void run_task(CompletionTask* task, CUresult result,
+              std::atomic<std::size_t>* releasing = nullptr) noexcept {
   try {
     task->invoke(task, result);
   } catch (...) {
     report_host_function_error(HostFunctionError{task->view, std::current_exception(), false});
   }
-  finish_task(task);
+  finish_task(task, releasing);
 }
 
 bool is_special(CUstream s) noexcept {
@@ -557,6 +630,10 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       }
       stop(false);
       for (std::size_t n = run_ready(); n > 0; n = run_ready()) {
+      }
+      // What the registrations kept goes before the engine (invariant 14).
+      while (kept_releasing_.load(std::memory_order_acquire) != 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       for (std::size_t d = 0; d < probes_.size(); ++d) {
         if (CUevent e = probes_[d].load(std::memory_order_acquire)) {
@@ -1465,7 +1542,7 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       release_call<&DriverApi::cuEventDestroy>("event", event, event);
     }
     if (run_here) {
-      run_task(task, r);
+      run_task(task, r, &kept_releasing_);
       finished_.fetch_add(1, std::memory_order_release);
     } else if (was_empty) {
       const std::uint64_t one = 1;
@@ -1545,6 +1622,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   alignas(64) std::array<std::atomic<CUevent>, kMaxProbes> probes_{};
   int fd_ = -1;
   std::thread thread_;
+  // Streams kept by registrations that the watcher ran, not yet released (KeptReleaser).
+  std::atomic<std::size_t> kept_releasing_{0};
 
  public:
   // Why an engine is closed (invariant 15).
@@ -1556,10 +1635,27 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // for that waiter), its thread forgotten, and registrations refused.
   void lock_for_fork() { mutex_.lock(); }
   void unlock_after_fork() { mutex_.unlock(); }
+  // Caller delivery: the ready list and the eventfd are the parent's too (the child would
+  // clear the parent's signal and run what the parent runs): the list is forgotten (leaked) and
+  // the child's descriptor made a new eventfd; a run_ready() this thread is inside of stops
+  // after its callback (its frame gone), so a callback that forks and destroys the engine in
+  // the child leaves nothing that touches it.
   void become_forked_child() noexcept {
     ::new (&mutex_) std::mutex();
     ::new (&wake_) std::condition_variable();
     ::new (&thread_) std::thread();
+    ::new (&ready_) std::vector<std::pair<CompletionTask*, CUresult>>();
+    if (fd_ >= 0) {
+      const int fresh = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (fresh < 0 || ::dup3(fresh, fd_, O_CLOEXEC) < 0) {
+        ::close(fd_);  // no eventfd of its own: none (run_ready() then runs nothing)
+        fd_ = -1;
+      }
+      if (fresh >= 0) ::close(fresh);
+    }
+    for (RunFrame* f = RunFrame::innermost(); f != nullptr; f = f->outer) {
+      if (f->engine == this) f->gone = true;
+    }
     forked_ = true;
     close(Closed::forked);
   }
@@ -1593,15 +1689,18 @@ void before_fork() noexcept {
   engine_list().mutex.lock();
   for (CompletionEngine* e : engine_list().engines) e->lock_for_fork();
   lock_pools_for_fork();
+  KeptReleaser::instance().lock_for_fork();
 }
 
 void after_fork_in_parent() noexcept {
+  KeptReleaser::instance().unlock_after_fork(false);
   unlock_pools_after_fork(false);
   for (CompletionEngine* e : engine_list().engines) e->unlock_after_fork();
   engine_list().mutex.unlock();
 }
 
 void after_fork_in_child() noexcept {
+  KeptReleaser::instance().unlock_after_fork(true);
   unlock_pools_after_fork(true);
   for (CompletionEngine* e : engine_list().engines) e->become_forked_child();
   ::new (&engine_list().mutex) std::mutex();

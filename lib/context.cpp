@@ -2,6 +2,8 @@
 // docs/design/contexts.md.
 #include "context.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -200,11 +202,16 @@ bool drain(CUgreenCtx green, CUcontext converted, CUcontext previous, bool& is_c
 bool keep(KeptGreen k) noexcept {
   std::vector<KeptGreen> evicted;
   try {
-    evicted.reserve(1);
     GreenCache& cache = green_cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
     const int device = k.device;
-    cache.kept.push_back(std::move(k));
+    // Room for every entry trim() will evict (more than one where an earlier trim could not
+    // run), so that nothing below throws once `k` is in the cache.
+    const auto of_device = static_cast<std::size_t>(
+        std::count_if(cache.kept.begin(), cache.kept.end(),
+                      [device](const KeptGreen& e) { return e.device == device; }));
+    evicted.reserve(of_device + 1 > cache.limit ? of_device + 1 - cache.limit : 0);
+    cache.kept.push_back(std::move(k));  // nothing changed when this throws
     trim(cache, device, cache.limit, evicted);
   } catch (...) {  // std::bad_alloc: destroyed instead
     return false;
@@ -229,7 +236,9 @@ ContextOwner::~ContextOwner() {
   bool is_current = known && current == converted;
   // A reusable one is drained (its work done, not current here) and kept (invariant 7); one
   // that cannot be is destroyed.
-  if (reuse && known && Context::green_cache_limit() > 0 &&
+  const std::uintptr_t by = made_current_by.load();
+  const bool elsewhere = by != 0 && by != static_cast<std::uintptr_t>(::pthread_self());
+  if (reuse && !elsewhere && known && Context::green_cache_limit() > 0 &&
       drain(green, converted, current, is_current)) {
     KeptGreen k;
     k.device = device;
@@ -557,6 +566,16 @@ void Context::synchronize() const {
 
 void Context::make_current() const {
   detail::nonempty(*this, "custream::Context::make_current");
+  // Which thread it may stay current in: its last user, going on another, destroys it rather
+  // than hand it to a new one (invariant 7).
+  if (owner_ && kind_ == ContextKind::green) {
+    std::atomic<std::uintptr_t>& by = owner_.get()->made_current_by;
+    const auto self = static_cast<std::uintptr_t>(::pthread_self());
+    std::uintptr_t expected = 0;
+    if (!by.compare_exchange_strong(expected, self) && expected != self) {
+      by.store(detail::ContextOwner::kMadeCurrentByMany);
+    }
+  }
   detail::call<&DriverApi::cuCtxSetCurrent>(detail::subject_of(handle_, device_),
                                             static_cast<CUcontext>(handle_));
 }

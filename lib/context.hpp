@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,12 @@ struct ContextOwner : Counted {
   CUcontext converted = nullptr;      // a green context's CUcontext (cuCtxFromGreenCtx)
   std::vector<CUdevResource> groups;  // a reusable green context's SM groups: its cache key
   int device = -1;
-  bool reuse = false;              // kept in the cache when the last reference goes
+  bool reuse = false;  // kept in the cache when the last reference goes (contexts.md, 7)
+  // The thread that make_current() made it current in (pthread_self()), kMadeCurrentByMany
+  // after a second one, 0 before any: a green context that may still be current in another
+  // thread than the one its last user goes on is destroyed, never handed to a new user.
+  std::atomic<std::uintptr_t> made_current_by{0};
+  static constexpr std::uintptr_t kMadeCurrentByMany = 1;
   std::atomic<bool> named{false};  // named: its name is forgotten when it goes (or is kept)
 };
 

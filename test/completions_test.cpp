@@ -1447,6 +1447,35 @@ TEST_CASE("completions: a registration keeps its created or green context until 
   }
 }
 
+TEST_CASE("completions: the release of a kept context does not hold the watcher back",
+          "[completions][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  // The registration is the last holder of a created context whose stream has more work, held:
+  // destroying the context waits for that work (cuCtxDestroy). Done on the watcher, it held
+  // back every other registration of the engine until the work ended (for ever where that work
+  // waited on one of them).
+  if (custream::detail::api().cuCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no cuCtxCreate");
+  Completions engine;
+  const Stream primary(Device(0), StreamFlags::non_blocking);
+  std::atomic<bool> first{false}, second{false};
+  {
+    auto context = std::make_unique<custream::Context>(custream::Context::create(Device(0)));
+    auto s = std::make_unique<Stream>(*context, StreamFlags::non_blocking);
+    engine.when_done(*s, [&first] { first = true; });
+    Gate gate(*s);  // after the registration's mark: what destroying the context waits for
+    s.reset();      // the registration keeps the stream and the context
+    context.reset();
+    REQUIRE(eventually([&] { return first.load(); }));
+    engine.when_done(primary, [&second] { second = true; });
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (!second.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(100us);
+    }
+    CHECK(second.load());  // while the context's work is still held
+  }  // the gate opens: the context goes
+  CHECK(eventually([&] { return second.load(); }));
+}
+
 TEST_CASE("completions: a caller-delivery engine destroyed from a callback that run_ready() runs",
           "[completions][lifetime][gpu]") {
   REQUIRE_DRIVER();
@@ -1543,6 +1572,38 @@ TEST_CASE("completions: a child process after fork() refuses registrations and d
   }
   // The parent's engine goes on as before.
   CHECK(engine->future(s).wait_for(10s) == std::future_status::ready);
+}
+
+TEST_CASE("completions: a fork() child runs none of the parent's ready callbacks",
+          "[completions][fork][gpu]") {
+  REQUIRE_DRIVER();
+  // Caller delivery: the ready list and the eventfd came with the fork. A child's run_ready()
+  // once ran the parent's callbacks a second time and cleared the parent's eventfd (one file
+  // description), whose next signal comes only when the list goes from empty to not.
+  Completions engine(with(CompletionMechanism::event, CompletionDelivery::caller));
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  std::atomic<int> ran{0};
+  engine.when_done(s, [&ran] { ++ran; });
+  engine.when_done(s, [&ran] { ++ran; });
+  pollfd readable{engine.eventfd(), POLLIN, 0};
+  REQUIRE(::poll(&readable, 1, 10000) == 1);  // both ready (one signal), none run yet
+  REQUIRE(eventually([&] { return engine.pending() == 2; }));
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::size_t n = engine.run_ready();
+    pollfd p{engine.eventfd(), POLLIN, 0};
+    ::_exit(n != 0 ? 10 : ran.load() != 0 ? 11 : ::poll(&p, 1, 0) != 0 ? 12 : 0);
+  }
+  const int status = custream_test_wait_child(pid, 10s);
+  INFO("wait status " << status);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  readable.revents = 0;
+  CHECK(::poll(&readable, 1, 0) == 1);  // the parent's signal is still there
+  CHECK(engine.run_ready() == 2);
+  CHECK(ran.load() == 2);
 }
 
 TEST_CASE("completions child: exit() from a standard() callback", "[.completions-exit-child]") {

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -678,6 +680,48 @@ TEST_CASE("churning green contexts of the same SM groups keeps the driver's memo
   CHECK(green_created() - created_before <= 2);  // one for each set of groups
   CHECK(green_bytes() - bytes_before <= 2 * (4ll << 20));
   Context::clear_green_cache();
+}
+
+// Kept, a green context still current in another thread would run that thread's work in the
+// next user's context, silently (destroyed, the thread's next call fails loudly).
+TEST_CASE("a green context made current in another thread is destroyed, not kept",
+          "[context][green][gpu]") {
+  REQUIRE_DRIVER();
+  if (!has_green_contexts()) CUSTREAM_SKIP("green streams need a CUDA 12.5 driver");
+  Context::clear_green_cache();
+  const custream::SmSplit split = Device(0).split_sms(8);
+  REQUIRE(!split.groups.empty());
+  std::mutex m;
+  std::condition_variable changed;
+  bool current_there = false, finish = false;
+  std::thread other;
+  {
+    const Context g = Context::create_green(split.groups[0]);
+    other = std::thread([&, handle = g] {  // a copy: g's last user stays this thread's
+      handle.make_current();
+      std::unique_lock<std::mutex> lock(m);
+      current_there = true;
+      changed.notify_all();
+      changed.wait(lock, [&] { return finish; });
+    });
+    std::unique_lock<std::mutex> lock(m);
+    changed.wait(lock, [&] { return current_there; });
+  }
+  // The thread's copy is gone only when it ends: it holds g until then.
+  {
+    std::lock_guard<std::mutex> lock(m);
+    finish = true;
+  }
+  changed.notify_all();
+  other.join();  // its copy, the last user, went on that thread: kept (it was current there)
+  CHECK(Context::green_cached_count() == 1);
+  Context::clear_green_cache();
+  {
+    const Context g = Context::create_green(split.groups[0]);
+    std::thread([&g] { g.make_current(); }).join();  // current in a thread that goes on
+  }  // its last user goes here, on another thread than the one it was made current in
+  CHECK(Context::green_cached_count() == 0);
+  Device(0).make_current();
 }
 
 TEST_CASE("green-context reuse: drained, not current, bounded per device, opt-out",

@@ -161,7 +161,10 @@ class Context {
   /// previous context is restored). @throws Error on a driver failure.
   void synchronize() const;
   /// Makes the context current in this thread (cuCtxSetCurrent). Prefer ContextScope, which
-  /// also keeps an owned context alive. @throws Error on a driver failure.
+  /// also keeps an owned context alive and restores what was current. A green context made
+  /// current this way in another thread than the one its last user goes on is destroyed, not
+  /// kept for reuse (GreenReuse): it may still be current there. @throws Error on a driver
+  /// failure.
   void make_current() const;
 
   /// Names the context for Nsight Systems: custream keeps `name` (name() reads it back, from
