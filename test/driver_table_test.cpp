@@ -167,6 +167,12 @@ std::string abi_facts() {
   out << "offset Loaded.device_count " << offsetof(Loaded, device_count) << '\n';
   out << "offset Loaded.devices " << offsetof(Loaded, devices) << '\n';
   out << "offset DeviceSlot.primary " << offsetof(DeviceSlot, primary) << '\n';
+  // What CompletionTaskOf's inline invoke and destroy read and write.
+  out << "offset CompletionTask.invoke " << offsetof(CompletionTask, invoke) << '\n';
+  out << "offset CompletionTask.destroy " << offsetof(CompletionTask, destroy) << '\n';
+  out << "offset CompletionTask.view " << offsetof(CompletionTask, view) << '\n';
+  out << "offset CompletionTask.stream " << offsetof(CompletionTask, stream) << '\n';
+  out << "offset CompletionTask.keep " << offsetof(CompletionTask, keep) << '\n';
 #pragma GCC diagnostic pop
   out << "constant kPoolBatch " << kPoolBatch << '\n';
   out << "constant HostTask::kPooledBytes " << HostTask::kPooledBytes << '\n';
