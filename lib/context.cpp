@@ -17,6 +17,7 @@
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/sm_resource.hpp"
+#include "fork_safe.hpp"
 #include "nvtx.hpp"
 
 namespace custream::detail {
@@ -130,8 +131,14 @@ struct GreenCache {
   std::size_t limit = Context::default_green_cache_limit;
 };
 
+GreenCache& green_cache();
+std::mutex& green_cache_mutex() { return green_cache().mutex; }
 GreenCache& green_cache() {
-  static auto* cache = new GreenCache;
+  static auto* cache = [] {
+    auto* made = new GreenCache;  // never destroyed: contexts may go back at exit
+    guard_across_fork<green_cache_mutex>();
+    return made;
+  }();
   return *cache;
 }
 

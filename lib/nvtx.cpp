@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "custream/nvtx_range.hpp"
+#include "fork_safe.hpp"
 
 #if CUSTREAM_HAVE_NVTX
 #include <cuda.h>
@@ -42,8 +43,14 @@ struct Names {
   std::unordered_map<Key, std::string, KeyHash> table;
   std::atomic<std::size_t> count{0};
 };
+Names& names();
+std::mutex& names_mutex() { return names().mutex; }
 Names& names() {
-  static Names* n = new Names;  // never destroyed: owners may forget names at exit
+  static Names* n = [] {
+    auto* made = new Names;  // never destroyed: owners may forget names at exit
+    guard_across_fork<names_mutex>();
+    return made;
+  }();
   return *n;
 }
 
@@ -107,8 +114,14 @@ struct KeyedRanges {
   std::mutex mutex;
   std::unordered_map<const void*, NvtxRange> open;
 };
+KeyedRanges& keyed_ranges();
+std::mutex& keyed_ranges_mutex() { return keyed_ranges().mutex; }
 KeyedRanges& keyed_ranges() {
-  static KeyedRanges* r = new KeyedRanges;  // never destroyed: scopes may end at exit
+  static KeyedRanges* r = [] {
+    auto* made = new KeyedRanges;  // never destroyed: scopes may end at exit
+    guard_across_fork<keyed_ranges_mutex>();
+    return made;
+  }();
   return *r;
 }
 }  // namespace
