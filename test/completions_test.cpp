@@ -1458,21 +1458,27 @@ TEST_CASE("completions: the release of a kept context does not hold the watcher 
   Completions engine;
   const Stream primary(Device(0), StreamFlags::non_blocking);
   std::atomic<bool> first{false}, second{false};
+  std::promise<void> mark, after;
   {
     auto context = std::make_unique<custream::Context>(custream::Context::create(Device(0)));
     auto s = std::make_unique<Stream>(*context, StreamFlags::non_blocking);
+    // Held before the registration's mark (so that the registration is the last holder when
+    // its callback runs) and after it (what destroying the context then waits for).
+    s->launch_host_func([held = mark.get_future().share()] { held.wait(); });
     engine.when_done(*s, [&first] { first = true; });
-    Gate gate(*s);  // after the registration's mark: what destroying the context waits for
-    s.reset();      // the registration keeps the stream and the context
+    s->launch_host_func([held = after.get_future().share()] { held.wait(); });
+    s.reset();  // the registration keeps the stream and the context
     context.reset();
-    REQUIRE(eventually([&] { return first.load(); }));
-    engine.when_done(primary, [&second] { second = true; });
-    const auto until = std::chrono::steady_clock::now() + 2s;
-    while (!second.load() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(100us);
-    }
-    CHECK(second.load());  // while the context's work is still held
-  }  // the gate opens: the context goes
+  }
+  mark.set_value();
+  REQUIRE(eventually([&] { return first.load(); }));
+  engine.when_done(primary, [&second] { second = true; });
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (!second.load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(100us);
+  }
+  CHECK(second.load());  // while the context's work is still held
+  after.set_value();     // the context goes
   CHECK(eventually([&] { return second.load(); }));
 }
 
