@@ -1,6 +1,8 @@
 // custream::Kernel: launching a function of a loaded Module. Design: docs/design/modules.md.
 #include "custream/kernel.hpp"
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "custream/context_scope.hpp"
@@ -20,6 +22,32 @@ void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t sha
       function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
       static_cast<unsigned>(shared_bytes), stream.handle(), params, nullptr);
   if (r != CUDA_SUCCESS) launch_failed(r, stream, grid, block, shared_bytes, params);
+}
+
+void Kernel::check(StreamRef stream, const std::size_t* sizes, std::size_t count) const {
+  if (params_ == nullptr) return;  // no kernel: the launch says so
+  detail::KernelParams& kernel = *params_;
+  if (kernel.sizes.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::unasked) {
+    // The driver asks for a current context: the module's.
+    std::optional<ContextScope> scope;
+    if (module_.owner_) scope.emplace(module_.owner_.get()->context);
+    const auto info = detail::api().cuFuncGetParamInfo;
+    (void)detail::param_sizes_known(
+        kernel.sizes,
+        info == nullptr ? std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>()
+                        : [&](std::size_t i, std::size_t* offset, std::size_t* size) {
+                            return info(function_, i, offset, size);
+                          },
+        [&](CUresult r, std::size_t i) {
+          detail::fail<&detail::DriverApi::cuFuncGetParamInfo>(
+              r, {detail::Subject::What::stream, stream.handle(), stream.device_id()},
+              "parameter " + std::to_string(i) + " of kernel \"" + kernel.name + "\"");
+        });
+  }
+  if (kernel.sizes.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
+    detail::check_argument_sizes(kernel.sizes, "custream::Kernel::launch", kernel.name, sizes,
+                                 count);
+  }
 }
 
 void Kernel::launch_raw(StreamRef stream, const LaunchConfig& config, void** params) const {

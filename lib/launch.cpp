@@ -29,6 +29,69 @@ void refuse_shared_bytes(const char* call, const StreamRef& stream, const std::s
                          "launch without calling the driver)");
 }
 
+bool param_sizes_known(ParamSizes& p,
+                       const std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>& info,
+                       const std::function<void(CUresult, std::size_t)>& failed) {
+  const ParamSizes::Known known = p.known.load(std::memory_order_acquire);
+  if (known != ParamSizes::Known::unasked) return known == ParamSizes::Known::known;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  if (p.known.load(std::memory_order_relaxed) != ParamSizes::Known::unasked) {
+    return p.known.load(std::memory_order_relaxed) == ParamSizes::Known::known;
+  }
+  if (!info) {  // CUDA 12.4
+    p.known.store(ParamSizes::Known::unknown, std::memory_order_release);
+    return false;
+  }
+  std::vector<std::size_t> sizes;
+  for (;;) {
+    std::size_t offset = 0, size = 0;
+    const CUresult r = info(sizes.size(), &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {       // an image the driver cannot tell of
+      p.known.store(ParamSizes::Known::unknown, std::memory_order_release);
+      return false;
+    }
+    if (r != CUDA_SUCCESS) failed(r, sizes.size());
+    sizes.push_back(size);
+  }
+  p.sizes = std::move(sizes);
+  p.known.store(ParamSizes::Known::known, std::memory_order_release);
+  return true;
+}
+
+namespace {
+[[noreturn, gnu::cold]] void refuse_arguments(const ParamSizes& p, const char* call,
+                                              const std::string& name, std::string why) {
+  std::string layout;
+  for (std::size_t i = 0; i < p.sizes.size(); ++i) {
+    layout += (i == 0 ? "" : ", ") + std::to_string(p.sizes[i]);
+  }
+  throw Error(CUDA_ERROR_INVALID_VALUE, call, "kernel \"" + name + "\"",
+              std::move(why) + "; its parameters take " +
+                  (layout.empty() ? std::string("no bytes") : layout + " bytes") +
+                  " (custream refused the launch without calling the driver)");
+}
+}  // namespace
+
+void check_argument_sizes(const ParamSizes& p, const char* call, const std::string& name,
+                          const std::size_t* sizes, std::size_t count) {
+  const std::vector<std::size_t>& expected = p.sizes;
+  if (count != expected.size()) {
+    refuse_arguments(p, call, name,
+                     "the kernel has " + std::to_string(expected.size()) +
+                         " parameter(s), the launch gave " + std::to_string(count) +
+                         " argument(s)");
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sizes[i] != expected[i]) {
+      refuse_arguments(p, call, name,
+                       "argument " + std::to_string(i) + " has " + std::to_string(sizes[i]) +
+                           " bytes, parameter " + std::to_string(i) + " takes " +
+                           std::to_string(expected[i]));
+    }
+  }
+}
+
 namespace {
 
 // What a device can do, asked once per device (cuDeviceGetAttribute) and kept: a check of a

@@ -2,10 +2,14 @@
 // argument check of typed launches. Internal. Design: docs/design/libraries.md, invariants 6-7.
 #pragma once
 
-#include <cuda.h>
-
+#include <atomic>
 #include <cstddef>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <vector>
+
+#include "custream/detail/cuda.hpp"
 
 #include "custream/launch_config.hpp"
 #include "custream/stream_ref.hpp"
@@ -33,5 +37,31 @@ inline constexpr std::size_t kMaxSharedBytes = 0xFFFFFFFFu;
 [[noreturn, gnu::cold]] void refuse_shared_bytes(const char* call, const StreamRef& stream,
                                                  const std::string& kernel,
                                                  std::size_t shared_bytes);
+
+/// What a kernel's parameters take, in bytes, for the argument checks of typed launches
+/// (libraries.md and modules.md, invariant 6): asked of the driver once (cuKernelGetParamInfo or
+/// cuFuncGetParamInfo, CUDA 12.4), then read without a lock.
+struct ParamSizes {
+  /// Not asked yet, known, or unknowable (a driver without the entry, an image it cannot tell
+  /// of). Written once, under `mutex`.
+  enum class Known : int { unasked, known, unknown };
+  std::atomic<Known> known{Known::unasked};
+  std::mutex mutex;
+  std::vector<std::size_t> sizes;  // immutable once known
+};
+
+/// Asks `info(index, &offset, &size)` of every parameter once (under p.mutex; CUDA_ERROR_
+/// INVALID_VALUE past the last, CUDA_ERROR_NOT_SUPPORTED: unknowable; a null `info`: the
+/// driver lacks the entry), and returns whether the sizes are known. @throws what `failed(r,
+/// index)` throws for another error.
+bool param_sizes_known(ParamSizes& p,
+                       const std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>& info,
+                       const std::function<void(CUresult, std::size_t)>& failed);
+
+/// Refuses, without calling the driver, a typed launch of the kernel `name` whose `count`
+/// arguments of `sizes` bytes do not match `p`'s known sizes. Builds no text unless it refuses.
+/// @throws Error (CUDA_ERROR_INVALID_VALUE, `call`) saying which argument and what it takes.
+void check_argument_sizes(const ParamSizes& p, const char* call, const std::string& name,
+                          const std::size_t* sizes, std::size_t count);
 
 }  // namespace custream::detail

@@ -18,6 +18,7 @@
 
 #include "custream/detail/call.hpp"
 #include "custream/library_kernel.hpp"
+#include "launch.hpp"
 #include "shared.hpp"
 
 namespace custream {
@@ -44,12 +45,8 @@ struct KernelState {
   /// first launch there. Read without a lock; racing first launches store the same function.
   std::unique_ptr<std::atomic<CUfunction>[]> primary;
 
-  /// Whether param_sizes is known: not yet asked, known, or unknowable (a driver without
-  /// cuKernelGetParamInfo, or an image it cannot tell of). Written once, under params_mutex.
-  enum class Params : int { unasked, known, unknown };
-  std::atomic<Params> params{Params::unasked};
-  std::mutex params_mutex;
-  std::vector<std::size_t> param_sizes;  // immutable once params is known
+  /// What its parameters take (cuKernelGetParamInfo), for typed launches' checks.
+  ParamSizes params;
 
   /// This kernel as a handle whose library reference is not counted (it lives inside the
   /// library): Library::kernel returns a reference to it, so a lookup counts nothing; copies

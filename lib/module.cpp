@@ -165,7 +165,13 @@ Kernel Module::kernel(const std::string& name) const {
         "kernel \"" + name + "\" in " +
             detail::subject_text({detail::Subject::What::module, module_, device_}));
   }
-  return Kernel(function, *this);
+  std::lock_guard<std::mutex> lock(owner_.get()->kernels_mutex);
+  std::unique_ptr<detail::KernelParams>& params = owner_.get()->kernels[function];
+  if (params == nullptr) {
+    params = std::make_unique<detail::KernelParams>();
+    params->name = name;
+  }
+  return Kernel(function, *this, params.get());
 }
 
 }  // namespace custream

@@ -2,21 +2,33 @@
 // docs/design/modules.md.
 #pragma once
 
-#include <cuda.h>
-
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "custream/context.hpp"
+#include "custream/detail/cuda.hpp"
+#include "launch.hpp"
 #include "shared.hpp"
 
 namespace custream::detail {
 
 /// A loaded module and the context it was loaded into; the last reference unloads it.
+/// A kernel of a module, as its typed launches check it (modules.md, invariant 6).
+struct KernelParams {
+  std::string name;
+  ParamSizes sizes;  // cuFuncGetParamInfo, asked on the first typed launch
+};
+
 struct ModuleOwner : Counted {
   ~ModuleOwner();
   CUmodule module = nullptr;
   CUcontext context = nullptr;
   Context keep;  // an owned context outlives its modules (contexts.md, invariant 5)
+  /// Its kernels looked up so far, by function (each Kernel points at its entry).
+  std::mutex kernels_mutex;
+  std::unordered_map<CUfunction, std::unique_ptr<KernelParams>> kernels;
 };
 
 /// The bytes of the file at `path` (PTX, cubin or fatbin) with a NUL appended: PTX needs the

@@ -165,6 +165,49 @@ TEST_CASE("module kernels: shared memory over 32 bits and unreadable files are r
   s.synchronize();
 }
 
+// As LibraryKernel's: the count and sizes of a typed launch's arguments are checked against
+// the kernel's parameters (cuFuncGetParamInfo) before the driver is called. A missing argument
+// went through silently (the driver reads past the array).
+TEST_CASE("module kernels: typed launches with the wrong arguments are refused, naming the kernel",
+          "[gpu][kernel]") {
+  REQUIRE_DRIVER();
+  if (custream::detail::api().cuFuncGetParamInfo == nullptr) {
+    CUSTREAM_SKIP("the driver has no cuFuncGetParamInfo (CUDA 12.4)");
+  }
+  Stream s(custream::StreamFlags::non_blocking);
+  Module m = Module::from_ptx(kPtx);
+  Kernel add_one = m.kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  for (const char* text : {"custream::Kernel::launch", "kernel \"add_one\"",
+                           "the kernel has 2 parameter(s), the launch gave 1 argument(s)",
+                           "its parameters take 8, 4 bytes", "without calling the driver"}) {
+    custream_test::expect_error([&] { add_one.launch(s, {1}, {1}, 0, data.get()); },
+                                CUDA_ERROR_INVALID_VALUE, text);
+  }
+  custream_test::expect_error(
+      [&] { add_one.launch(s, {1}, {1}, 0, data.get(), std::size_t{1}); },
+      CUDA_ERROR_INVALID_VALUE, "argument 1 has 8 bytes, parameter 1 takes 4");
+  custream_test::expect_error(
+      [&] { add_one.launch(s, custream::LaunchConfig({1}, {1}), data.get(), 1u, 2u); },
+      CUDA_ERROR_INVALID_VALUE, "the launch gave 3 argument(s)");
+  add_one.launch(s, {1}, {1}, 0, data.get(), 0u);  // the right ones: launched
+  s.synchronize();
+}
+
+// What custream's check cannot see (a raw launch): the emulator refuses a launch that gives too
+// few arguments, and says which kernel, where a driver would read past the array.
+TEST_CASE("the emulator refuses a raw launch with too few arguments", "[gpu][kernel][emu-only]") {
+  REQUIRE_EMULATOR();
+  Stream s(custream::StreamFlags::non_blocking);
+  Module m = Module::from_ptx(kPtx);
+  Kernel add_one = m.kernel("add_one");
+  custream::DeviceBuffer data(kCount * sizeof(int));
+  CUdeviceptr p = data.get();
+  void* params[] = {&p, nullptr};
+  custream_test::expect_error([&] { add_one.launch_raw(s, {1}, {1}, 0, params); },
+                              CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel");
+}
+
 TEST_CASE("a PTX kernel launched with typed arguments", "[kernel][real-gpu]") {
   REQUIRE_REAL_GPU();
   Stream s(custream::StreamFlags::non_blocking);

@@ -15,6 +15,11 @@
 
 namespace custream {
 
+namespace detail {
+/// What a module's kernel's typed launches check its arguments against (lib/module.hpp).
+struct KernelParams;
+}  // namespace detail
+
 /// A kernel (CUfunction) of a Module; it keeps the module loaded.
 ///
 /// @code
@@ -36,9 +41,13 @@ class Kernel {
   /// Launches the kernel on `stream` with `grid` blocks of `block` threads, `shared_bytes`
   /// of dynamic shared memory, and `args` as its parameters (each passed by value, so its
   /// type must match the kernel's parameter type exactly: e.g. CUdeviceptr for a pointer,
-  /// int for .s32). One driver call (cuLaunchKernel), no context switch when a context is
+  /// int for .s32). The count and sizes of `args` are checked against the kernel's parameters
+  /// (asked of the driver once per kernel, cuFuncGetParamInfo, CUDA 12.4; not checked where the
+  /// driver cannot tell). One driver call (cuLaunchKernel), no context switch when a context is
   /// current.
-  /// @throws Error naming the kernel, stream and configuration on a driver failure.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and the argument when they do
+  /// not match, before the driver is called; Error naming the kernel, stream and configuration
+  /// on a driver failure.
   template <typename... Args>
   void launch(StreamRef stream, Dim3 grid, Dim3 block, std::size_t shared_bytes,
               const Args&... args) const {
@@ -46,6 +55,8 @@ class Kernel {
                   "kernel arguments are copied bytewise: they must be trivially copyable");
     void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
                                          nullptr};
+    const std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
+    check(stream, sizes, sizeof...(Args));
     launch_raw(stream, grid, block, shared_bytes, params);
   }
 
@@ -65,6 +76,8 @@ class Kernel {
                   "kernel arguments are copied bytewise: they must be trivially copyable");
     void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
                                          nullptr};
+    const std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
+    check(stream, sizes, sizeof...(Args));
     launch_raw(stream, config, params);
   }
 
@@ -74,13 +87,17 @@ class Kernel {
 
  private:
   friend class Module;
-  Kernel(CUfunction function, Module module) noexcept
-      : function_(function), module_(std::move(module)) {}
+  Kernel(CUfunction function, Module module, detail::KernelParams* params) noexcept
+      : function_(function), module_(std::move(module)), params_(params) {}
+  /// Refuses arguments of `sizes` that do not match the kernel's parameters (once they are
+  /// known). @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and the argument.
+  void check(StreamRef stream, const std::size_t* sizes, std::size_t count) const;
   [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream, Dim3 grid, Dim3 block,
                                    std::size_t shared_bytes, void** params) const;
 
   CUfunction function_ = nullptr;
   Module module_;
+  detail::KernelParams* params_ = nullptr;  // its module's entry (lives with the module)
 };
 
 }  // namespace custream

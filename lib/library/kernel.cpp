@@ -1,6 +1,7 @@
 // custream::LibraryKernel: per-context functions, argument checks and launches (invariants 3,
 // 6 and 7 of docs/design/libraries.md).
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -20,65 +21,6 @@ namespace custream {
 using detail::DriverApi;
 
 namespace detail {
-
-void load_param_sizes(KernelState& state, const StreamRef& stream) {
-  std::lock_guard<std::mutex> lock(state.params_mutex);
-  if (state.params.load(std::memory_order_relaxed) != KernelState::Params::unasked) return;
-  const DriverApi& api = detail::api();
-  if (api.cuKernelGetParamInfo == nullptr) {  // CUDA 12.4
-    state.params.store(KernelState::Params::unknown, std::memory_order_release);
-    return;
-  }
-  // The driver asks for a current context (the stream's; the current one for a special handle).
-  std::optional<ContextScope> scope;
-  if (!stream.is_special()) scope.emplace(stream.context());  // as launch.cpp's queries
-  std::vector<std::size_t> sizes;
-  for (;;) {
-    std::size_t offset = 0, size = 0;
-    const CUresult r = api.cuKernelGetParamInfo(state.kernel, sizes.size(), &offset, &size);
-    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
-    if (r == CUDA_ERROR_NOT_SUPPORTED) {       // an image the driver cannot tell of
-      state.params.store(KernelState::Params::unknown, std::memory_order_release);
-      return;
-    }
-    if (r != CUDA_SUCCESS) {
-      fail<&DriverApi::cuKernelGetParamInfo>(
-          r, {Subject::What::stream, stream.handle(), stream.device_id()},
-          "parameter " + std::to_string(sizes.size()) + " of kernel \"" + state.name + "\"");
-    }
-    sizes.push_back(size);
-  }
-  state.param_sizes = std::move(sizes);
-  state.params.store(KernelState::Params::known, std::memory_order_release);
-}
-
-[[noreturn, gnu::cold]] void refuse_arguments(const KernelState& state, std::string why) {
-  std::string layout;
-  for (std::size_t i = 0; i < state.param_sizes.size(); ++i) {
-    layout += (i == 0 ? "" : ", ") + std::to_string(state.param_sizes[i]);
-  }
-  throw Error(CUDA_ERROR_INVALID_VALUE, "custream::LibraryKernel::launch",
-              "kernel \"" + state.name + "\"",
-              std::move(why) + "; its parameters take " +
-                  (layout.empty() ? std::string("no bytes") : layout + " bytes") +
-                  " (custream refused the launch without calling the driver)");
-}
-
-void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count) {
-  const std::vector<std::size_t>& expected = state.param_sizes;
-  if (count != expected.size()) {
-    refuse_arguments(state, "the kernel has " + std::to_string(expected.size()) +
-                                " parameter(s), the launch gave " + std::to_string(count) +
-                                " argument(s)");
-  }
-  for (std::size_t i = 0; i < count; ++i) {
-    if (sizes[i] != expected[i]) {
-      refuse_arguments(state, "argument " + std::to_string(i) + " has " + std::to_string(sizes[i]) +
-                                  " bytes, parameter " + std::to_string(i) + " takes " +
-                                  std::to_string(expected[i]));
-    }
-  }
-}
 
 }  // namespace detail
 
@@ -149,12 +91,29 @@ CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
 
 void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
                           std::size_t count) const {
-  auto params = state_->params.load(std::memory_order_acquire);
-  if (params == detail::KernelState::Params::unasked) {
-    detail::load_param_sizes(*state_, stream);
-    params = state_->params.load(std::memory_order_acquire);
+  detail::KernelState& state = *state_;
+  if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::unasked) {
+    // The driver asks for a current context (the stream's; the current one for a special
+    // handle), as launch.cpp's queries.
+    std::optional<ContextScope> scope;
+    if (!stream.is_special()) scope.emplace(stream.context());
+    const auto info = detail::api().cuKernelGetParamInfo;
+    (void)detail::param_sizes_known(
+        state.params,
+        info == nullptr ? std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>()
+                        : [&](std::size_t i, std::size_t* offset, std::size_t* size) {
+                            return info(state.kernel, i, offset, size);
+                          },
+        [&](CUresult r, std::size_t i) {
+          detail::fail<&DriverApi::cuKernelGetParamInfo>(
+              r, {detail::Subject::What::stream, stream.handle(), stream.device_id()},
+              "parameter " + std::to_string(i) + " of kernel \"" + state.name + "\"");
+        });
   }
-  if (params == detail::KernelState::Params::known) detail::check_arguments(*state_, sizes, count);
+  if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
+    detail::check_argument_sizes(state.params, "custream::LibraryKernel::launch", state.name,
+                                 sizes, count);
+  }
 }
 
 CUfunction LibraryKernel::prepare(const StreamRef& stream, const std::size_t* sizes,

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -606,6 +607,19 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
                                                                      : nullptr;
   // A CPU implementation needs the arguments. Without one they are copied when they can be, for
   // cuGraphKernelNodeGetParams; the launch runs nothing, so it needs none.
+  // Too few arguments (a null pointer where a parameter's is due, as custream's arrays end, or
+  // none at all): refused, naming the kernel, where the driver would read past the array.
+  if (sizes != nullptr) {
+    std::size_t given = 0;
+    while (params != nullptr && given < sizes->size() && params[given] != nullptr) ++given;
+    if (given < sizes->size()) {
+      std::fprintf(stderr,
+                   "custream emulator: a launch of kernel \"%s\" gave %zu argument(s) for its %zu "
+                   "parameter(s): CUDA_ERROR_INVALID_VALUE\n",
+                   f->name.c_str(), given, sizes->size());
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   bool copy = sizes && (params || sizes->empty());
   if (k->impl) {
     if (!sizes) return CUDA_ERROR_NOT_SUPPORTED;  // cubin/fatbin: register the sizes
@@ -626,6 +640,32 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
   w.type = CU_GRAPH_NODE_TYPE_KERNEL;
   w.kernel = std::move(k);
   return enqueue(st, std::move(w));
+}
+
+// Offsets (natural alignment, at most 8) and sizes from the PTX; a cubin's are not read.
+CUresult func_get_param_info(CUfunction h, size_t index, size_t* offset, size_t* size) {
+  EMU_ENTER("cuFuncGetParamInfo");
+  if (!h || !offset) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Function* f = nullptr;
+  Kernel* k = nullptr;
+  if (function_or_kernel(h, &f, &k) != CUDA_SUCCESS || f == nullptr) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (!f->sizes_known) return CUDA_ERROR_NOT_SUPPORTED;
+  if (index >= f->param_sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  size_t at = 0;
+  for (size_t i = 0;; ++i) {
+    const size_t bytes = f->param_sizes[i];
+    const size_t align = bytes >= 8 ? 8 : bytes == 0 ? 1 : bytes;
+    at = (at + align - 1) / align * align;
+    if (i == index) {
+      *offset = at;
+      if (size) *size = bytes;
+      return CUDA_SUCCESS;
+    }
+    at += bytes;
+  }
 }
 
 CUresult launch_kernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -887,6 +927,7 @@ void register_module_entries(std::vector<Entry>& out) {
           EMU_ENTRY(cuModuleUnload, 2000, module_unload),
           EMU_ENTRY(cuModuleGetFunction, 2000, module_get_function),
           EMU_ENTRY(cuLaunchKernel, 4000, launch_kernel),
+          EMU_ENTRY(cuFuncGetParamInfo, 12040, func_get_param_info),
           EMU_ENTRY(cuLaunchKernelEx, 11060, launch_kernel_ex),
           EMU_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, occupancy_max_active_blocks),
           EMU_ENTRY(cuOccupancyMaxActiveClusters, 11070, occupancy_max_active_clusters),

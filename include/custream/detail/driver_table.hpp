@@ -125,6 +125,7 @@
   X(cuKernelGetAttribute, cuKernelGetAttribute, 12000, false)                           \
   X(cuKernelSetAttribute, cuKernelSetAttribute, 12000, false)                           \
   X(cuKernelGetParamInfo, cuKernelGetParamInfo, 12040, false)                           \
+  X(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040, false)                               \
   X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, false)                                   \
   X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
