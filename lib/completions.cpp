@@ -1375,7 +1375,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
       if (*f == CUDA_SUCCESS) continue;
       for (auto& [other_key, other] : queues) {  // every queue of that device
         // A word the stream wrote is a success (its task waited for room on the ready list).
-        while (!other.empty() && other.head()->word != nullptr && other.head()->view.device_id() == device &&
+        while (!other.empty() && other.head()->word != nullptr &&
+               other.head()->view.device_id() == device &&
                complete(other, reached(api, other.head()) == CUDA_SUCCESS ? CUDA_SUCCESS : *f,
                         returned, now)) {
         }

@@ -58,6 +58,18 @@ bool param_sizes_known(ParamSizes& p,
                        const std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>& info,
                        const std::function<void(CUresult, std::size_t)>& failed);
 
+/// Whether `count` arguments of `sizes` bytes are what `p`'s known sizes say: the check of every
+/// typed launch, inline (a refusal, or sizes not yet asked, take check_argument_sizes() and
+/// param_sizes_known(), out of line).
+inline bool arguments_match(const ParamSizes& p, const std::size_t* sizes,
+                            std::size_t count) noexcept {
+  if (count != p.sizes.size()) return false;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sizes[i] != p.sizes[i]) return false;
+  }
+  return true;
+}
+
 /// Refuses, without calling the driver, a typed launch of the kernel `name` whose `count`
 /// arguments of `sizes` bytes do not match `p`'s known sizes. Builds no text unless it refuses.
 /// @throws Error (CUDA_ERROR_INVALID_VALUE, `call`) saying which argument and what it takes.

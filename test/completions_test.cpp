@@ -1454,7 +1454,8 @@ TEST_CASE("completions: the release of a kept context does not hold the watcher 
   // destroying the context waits for that work (cuCtxDestroy). Done on the watcher, it held
   // back every other registration of the engine until the work ended (for ever where that work
   // waited on one of them).
-  if (custream::detail::api().cuCtxCreate == nullptr) CUSTREAM_SKIP("the driver has no cuCtxCreate");
+  if (custream::detail::api().cuCtxCreate == nullptr)
+    CUSTREAM_SKIP("the driver has no cuCtxCreate");
   Completions engine;
   const Stream primary(Device(0), StreamFlags::non_blocking);
   std::atomic<bool> first{false}, second{false};

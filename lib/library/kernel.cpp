@@ -20,9 +20,7 @@ namespace custream {
 
 using detail::DriverApi;
 
-namespace detail {
-
-}  // namespace detail
+namespace detail {}  // namespace detail
 
 const std::string& LibraryKernel::name() const noexcept {
   static const std::string none;
@@ -89,9 +87,11 @@ CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
   return resolve(Context::wrap(stream.context()));
 }
 
-void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
-                          std::size_t count) const {
-  detail::KernelState& state = *state_;
+namespace {
+// LibraryKernel::check() where the sizes are not known yet, or do not match: asks them, then
+// refuses arguments that do not match.
+[[gnu::cold, gnu::noinline]] void check_slowly(detail::KernelState& state, const StreamRef& stream,
+                                               const std::size_t* sizes, std::size_t count) {
   if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::unasked) {
     // The driver asks for a current context (the stream's; the current one for a special
     // handle), as launch.cpp's queries.
@@ -101,9 +101,8 @@ void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
     (void)detail::param_sizes_known(
         state.params,
         info == nullptr ? std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>()
-                        : [&](std::size_t i, std::size_t* offset, std::size_t* size) {
-                            return info(state.kernel, i, offset, size);
-                          },
+                        : [&](std::size_t i, std::size_t* offset,
+                              std::size_t* size) { return info(state.kernel, i, offset, size); },
         [&](CUresult r, std::size_t i) {
           detail::fail<&DriverApi::cuKernelGetParamInfo>(
               r, {detail::Subject::What::stream, stream.handle(), stream.device_id()},
@@ -111,9 +110,21 @@ void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
         });
   }
   if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
-    detail::check_argument_sizes(state.params, "custream::LibraryKernel::launch", state.name,
-                                 sizes, count);
+    detail::check_argument_sizes(state.params, "custream::LibraryKernel::launch", state.name, sizes,
+                                 count);
   }
+}
+}  // namespace
+
+void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
+                          std::size_t count) const {
+  detail::KernelState& state = *state_;
+  const detail::ParamSizes::Known known = state.params.known.load(std::memory_order_acquire);
+  if (known == detail::ParamSizes::Known::known &&
+      detail::arguments_match(state.params, sizes, count)) {
+    return;  // invariant 6: the common case, inline
+  }
+  if (known != detail::ParamSizes::Known::unknown) check_slowly(state, stream, sizes, count);
 }
 
 CUfunction LibraryKernel::prepare(const StreamRef& stream, const std::size_t* sizes,
@@ -128,8 +139,8 @@ void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 bloc
                                    std::size_t shared_bytes, void** params,
                                    const std::size_t* sizes, std::size_t count) const {
   if (shared_bytes > detail::kMaxSharedBytes) {  // invariant 7: refused before any driver call
-    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream, "library kernel \"" + name() + "\"",
-                                shared_bytes);
+    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream,
+                                "library kernel \"" + name() + "\"", shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);
   const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
@@ -147,8 +158,8 @@ void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& 
                                    void** params, const std::size_t* sizes,
                                    std::size_t count) const {
   if (config.shared_bytes > detail::kMaxSharedBytes) {  // before prepare() calls the driver
-    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream, "library kernel \"" + name() + "\"",
-                                config.shared_bytes);
+    detail::refuse_shared_bytes("custream::LibraryKernel::launch", stream,
+                                "library kernel \"" + name() + "\"", config.shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);
   detail::launch_with_config(f, stream, config, params, state_->name);
