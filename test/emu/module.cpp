@@ -607,11 +607,12 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
                                                                      : nullptr;
   // A CPU implementation needs the arguments. Without one they are copied when they can be, for
   // cuGraphKernelNodeGetParams; the launch runs nothing, so it needs none.
-  // Too few arguments (a null pointer where a parameter's is due, as custream's arrays end, or
-  // none at all): refused, naming the kernel, where the driver would read past the array.
-  if (sizes != nullptr) {
+  // Too few arguments (a null pointer where a parameter's is due, as custream's arrays end):
+  // refused, naming the kernel, where the driver would read past the array. No array at all is
+  // taken, as the driver takes it (H100, driver 580: the launch succeeds).
+  if (sizes != nullptr && params != nullptr) {
     std::size_t given = 0;
-    while (params != nullptr && given < sizes->size() && params[given] != nullptr) ++given;
+    while (given < sizes->size() && params[given] != nullptr) ++given;
     if (given < sizes->size()) {
       std::fprintf(stderr,
                    "custream emulator: a launch of kernel \"%s\" gave %zu argument(s) for its %zu "
