@@ -197,10 +197,7 @@ CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode)
 
 CaptureScope::CaptureScope(const Stream& stream, CaptureMode mode, std::string_view range)
     : stream_(stream) {
-  if (!range.empty()) {  // no NVTX call without a range name (streams.md, invariant 6)
-    detail::start_range_for(this, range);
-    ranged_ = true;
-  }
+  range_ = NvtxRange(range);  // no NVTX call without a range name (streams.md, invariant 6)
   try {
     begin_capture(stream_, mode);
   } catch (...) {
@@ -230,10 +227,7 @@ CaptureScope::~CaptureScope() {
   end_range();  // after the capture's end
 }
 
-void CaptureScope::end_range() noexcept {
-  if (ranged_) detail::end_range_for(this);
-  ranged_ = false;
-}
+void CaptureScope::end_range() noexcept { range_.end(); }
 
 Graph CaptureScope::end(InstantiateFlags flags) {
   if (!active_) {

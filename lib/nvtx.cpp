@@ -108,41 +108,6 @@ void forget_stale_name(Named kind, const void* handle) noexcept {
   if (names().count.load(std::memory_order_relaxed) != 0) forget_name(kind, handle);
 }
 
-namespace {
-// The open ranges of objects that hold none themselves (start_range_for).
-struct KeyedRanges {
-  std::mutex mutex;
-  std::unordered_map<const void*, NvtxRange> open;
-};
-KeyedRanges& keyed_ranges();
-std::mutex& keyed_ranges_mutex() { return keyed_ranges().mutex; }
-KeyedRanges& keyed_ranges() {
-  static KeyedRanges* r = [] {
-    auto* made = new KeyedRanges;  // never destroyed: scopes may end at exit
-    guard_across_fork<keyed_ranges_mutex>();
-    return made;
-  }();
-  return *r;
-}
-}  // namespace
-
-void start_range_for(const void* key, std::string_view name) {
-  NvtxRange range(name);
-  KeyedRanges& r = keyed_ranges();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.open[key] = std::move(range);
-}
-
-void end_range_for(const void* key) noexcept {
-  NvtxRange range;  // ends after the lock is released
-  KeyedRanges& r = keyed_ranges();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (auto it = r.open.find(key); it != r.open.end()) {
-    range = std::move(it->second);
-    r.open.erase(it);
-  }
-}
-
 }  // namespace detail
 
 // --- NvtxRange ---

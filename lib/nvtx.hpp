@@ -26,10 +26,5 @@ void forget_name(Named kind, const void* handle) noexcept;
 /// relaxed atomic load while no name is kept. Never throws.
 void forget_stale_name(Named kind, const void* handle) noexcept;
 
-/// Starts an NVTX range named `name` (non-empty) for `key`, an object that never moves (a
-/// CaptureScope, whose size stays what it was before ranges). @throws std::bad_alloc.
-void start_range_for(const void* key, std::string_view name);
-/// Ends the range started for `key`; nothing when none was. Never throws.
-void end_range_for(const void* key) noexcept;
 
 }  // namespace custream::detail

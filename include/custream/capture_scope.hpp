@@ -7,6 +7,7 @@
 #include "custream/capture_mode.hpp"
 #include "custream/graph.hpp"
 #include "custream/instantiate_flags.hpp"
+#include "custream/nvtx_range.hpp"
 #include "custream/stream.hpp"
 
 namespace custream {
@@ -57,8 +58,8 @@ class CaptureScope {
   void end_range() noexcept;
 
   Stream stream_;
+  NvtxRange range_;  // open from before the capture began until it ended (none: not asked)
   bool active_ = false;
-  bool ranged_ = false;        // an NVTX range is open, keyed by this (a CaptureScope never moves)
   unsigned long long id_ = 0;  // the capture this scope began
 };
 
