@@ -30,6 +30,7 @@
 #include "custream/host_function_error.hpp"
 #include "driver.hpp"
 #include "error.hpp"
+#include "fork_safe.hpp"
 #include "host_function.hpp"
 #include "task_queue.hpp"
 #include "watcher_sleeps.hpp"
@@ -105,13 +106,7 @@ class BatchPool {
   }
   // fork() (invariant 15): held by the forking thread across it; made anew in the child.
   void lock_for_fork() { mutex_.lock(); }
-  void unlock_after_fork(bool child) noexcept {
-    if (child) {
-      ::new (&mutex_) std::mutex();
-    } else {
-      mutex_.unlock();
-    }
-  }
+  void unlock_after_fork(bool child) noexcept { release_after_fork(mutex_, child); }
   // Moves `item` here; out of memory, it leaks (nothing dangles).
   void give_back_one(T item) noexcept {
     try {
@@ -378,11 +373,7 @@ void lock_pools_for_fork() {
 }
 void unlock_pools_after_fork(bool child) noexcept {
   for (auto& [device, pool] : event_pools().by_device) pool.unlock_after_fork(child);
-  if (child) {
-    ::new (&event_pools().mutex) std::mutex();
-  } else {
-    event_pools().mutex.unlock();
-  }
+  release_after_fork(event_pools().mutex, child);
   word_pool().unlock_after_fork(child);
   block_pool().unlock_after_fork(child);
 }
@@ -462,11 +453,8 @@ class KeptReleaser {
   // thread, and what was queued is the parent's (abandoned there).
   void lock_for_fork() { mutex_.lock(); }
   void unlock_after_fork(bool child) noexcept {
-    if (!child) {
-      mutex_.unlock();
-      return;
-    }
-    ::new (&mutex_) std::mutex();
+    release_after_fork(mutex_, child);
+    if (!child) return;
     ::new (&ready_) std::condition_variable();
     // The parent's copies: leaked, never released here.
     ::new (&queue_) std::deque<std::pair<Stream*, std::atomic<std::size_t>*>>();
@@ -1635,14 +1623,14 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
   // variable are made anew (the watcher may have been waiting on it: destroying it would wait
   // for that waiter), its thread forgotten, and registrations refused.
   void lock_for_fork() { mutex_.lock(); }
-  void unlock_after_fork() { mutex_.unlock(); }
+  void unlock_after_fork() noexcept { release_after_fork(mutex_, false); }
   // Caller delivery: the ready list and the eventfd are the parent's too (the child would
   // clear the parent's signal and run what the parent runs): the list is forgotten (leaked) and
   // the child's descriptor made a new eventfd; a run_ready() this thread is inside of stops
   // after its callback (its frame gone), so a callback that forks and destroys the engine in
   // the child leaves nothing that touches it.
   void become_forked_child() noexcept {
-    ::new (&mutex_) std::mutex();
+    release_after_fork(mutex_, true);
     ::new (&wake_) std::condition_variable();
     ::new (&thread_) std::thread();
     ::new (&ready_) std::vector<std::pair<CompletionTask*, CUresult>>();
@@ -1697,14 +1685,14 @@ void after_fork_in_parent() noexcept {
   KeptReleaser::instance().unlock_after_fork(false);
   unlock_pools_after_fork(false);
   for (CompletionEngine* e : engine_list().engines) e->unlock_after_fork();
-  engine_list().mutex.unlock();
+  release_after_fork(engine_list().mutex, false);
 }
 
 void after_fork_in_child() noexcept {
   KeptReleaser::instance().unlock_after_fork(true);
   unlock_pools_after_fork(true);
   for (CompletionEngine* e : engine_list().engines) e->become_forked_child();
-  ::new (&engine_list().mutex) std::mutex();
+  release_after_fork(engine_list().mutex, true);
 }
 
 }  // namespace

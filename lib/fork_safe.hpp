@@ -12,6 +12,16 @@
 
 namespace custream::detail {
 
+/// After fork(), a mutex the forking thread held across it: let go in the parent, made anew in
+/// the child (whose other threads are gone). Never throws.
+inline void release_after_fork(std::mutex& mutex, bool child) noexcept {
+  if (child) {
+    ::new (&mutex) std::mutex();
+  } else {
+    mutex.unlock();
+  }
+}
+
 /// Registers the fork handlers of the mutex `Get()` returns, once. Call it where the mutex's
 /// owner is first made. Never throws (without memory for the handlers, a child may find the
 /// mutex held, as before).
@@ -20,8 +30,8 @@ void guard_across_fork() noexcept {
   static std::once_flag once;
   try {
     std::call_once(once, [] {
-      (void)::pthread_atfork([] { Get().lock(); }, [] { Get().unlock(); },
-                             [] { ::new (&Get()) std::mutex(); });
+      (void)::pthread_atfork([] { Get().lock(); }, [] { release_after_fork(Get(), false); },
+                             [] { release_after_fork(Get(), true); });
     });
   } catch (...) {
   }
