@@ -419,6 +419,18 @@ void free_task_block(void* block) noexcept {
 
 namespace {
 
+// For a thread of custream's that calls the driver behind the application's back (the watcher,
+// the KeptReleaser): in the default (global) capture mode its capture-unsafe calls (queries,
+// cuCtxSynchronize) would be refused, and would invalidate the capture, while another thread
+// captures in global mode (invariant 10). A driver without the entry (before 10.1) has no
+// capture modes; a failure leaves the thread in global mode.
+void relax_capture_mode() noexcept {
+  if (const auto exchange = loaded().api.cuThreadExchangeStreamCaptureMode) {
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    (void)exchange(&relaxed);  // raw: a thread's own setting, no error to report
+  }
+}
+
 // The Streams that registrations kept (invariant 14), released on a thread of their own when
 // the watcher is done with them: the last release of a created or green context waits for the
 // context's work (cuCtxDestroy, or the drain before a green context is kept), which on the
@@ -463,6 +475,7 @@ class KeptReleaser {
 
  private:
   [[noreturn]] void run() noexcept {
+    relax_capture_mode();  // a context's release may synchronize it
     for (;;) {
       std::pair<Stream*, std::atomic<std::size_t>*> item;
       {
@@ -1376,14 +1389,8 @@ class __attribute__((visibility("hidden"))) CompletionEngine {
 
   // The watcher (invariants 2, 4, 9).
   void watch() noexcept {
-    // The watcher's queries are made behind the application's back: in the default (global)
-    // capture mode they would be refused, and would invalidate the capture, while another
-    // thread captures in global mode (invariant 10). A driver without the entry (before 10.1)
-    // has no capture modes; a failure leaves the thread in global mode.
-    if (const auto exchange = loaded().api.cuThreadExchangeStreamCaptureMode) {
-      CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-      (void)exchange(&relaxed);
-    }
+    // The watcher's queries are made behind the application's back (invariant 10).
+    relax_capture_mode();
     std::unordered_map<CUstream, TaskQueue> queues;
     std::vector<CompletionTask*> batch;
     Returned returned;
