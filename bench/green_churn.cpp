@@ -9,7 +9,7 @@
 // custream runs first (the driver's leak of the raw part cannot show in it). Exit status 1 when
 // custream's growth is not flat: more than 8 MiB of device memory (two contexts' worth) or more
 // than 32 MiB of resident memory over the cycles; 77 without green contexts; else 0. On the
-// emulator (CUSTREAM_LIBCUDA=build/test/emu/libcuda.so.1) device memory is what it models as kept
+// emulator (CUSTREAM_LIBCUDA=build/emulator/libcuda.so.1) device memory is what it models as kept
 // (custream_emu_green_context_bytes).
 #include <dlfcn.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 //
 // `pooled` (default) enqueues callables that take the pool (≤ 128 bytes); `plain` the same
 // pattern with callables too large for it (plain new/delete), as a control. Runs on the GPU or
-// on the emulator (CUSTREAM_LIBCUDA=build/test/emu/libcuda.so.1).
+// on the emulator (CUSTREAM_LIBCUDA=build/emulator/libcuda.so.1).
 #include <malloc.h>
 #include <unistd.h>
 

@@ -32,7 +32,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "custream/testing.hpp"
-#include "emu/emu_control.h"
+#include "emu_control.h"
 #include "release_support.hpp"
 #include "task_queue.hpp"
 #include "test_support.hpp"

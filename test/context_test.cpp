@@ -29,7 +29,7 @@
 #include "custream/sm_resource.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
-#include "emu/emu_control.h"
+#include "emu_control.h"
 #include "graph_support.hpp"
 #include "test_support.hpp"
 

@@ -89,7 +89,7 @@ namespace {
 using custream::Stream;
 
 // ---------------------------------------------------------------------------------------
-// The emulator's controls (test/emu/emu_control.h), from a handle of the loaded emulator.
+// The emulator's controls (emulator/emu_control.h), from a handle of the loaded emulator.
 
 struct EmuControls {
   void (*fail_call)(const char*, int, CUresult) = nullptr;

@@ -19,7 +19,7 @@
 #include "custream/host_function.hpp"
 #include "custream/module.hpp"
 #include "custream/stream.hpp"
-#include "emu/emu_control.h"
+#include "emu_control.h"
 #include "graph_support.hpp"
 #include "test_support.hpp"
 

@@ -28,7 +28,7 @@
 #include "custream/module.hpp"
 #include "custream/sm_resource.hpp"
 #include "custream/stream.hpp"
-#include "emu/emu_control.h"
+#include "emu_control.h"
 #include "test_support.hpp"
 
 using custream::Context;

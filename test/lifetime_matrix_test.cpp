@@ -45,7 +45,7 @@
 #include "custream/sm_resource.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
-#include "emu/emu_control.h"
+#include "emu_control.h"
 #include "test_support.hpp"
 
 using custream::CompletionMechanism;

@@ -31,14 +31,14 @@ inline std::string why_no_driver() {
   }
 }
 
-/// The emulator's control function `name` (test/emu/emu_control.h), or null when the loaded
+/// The emulator's control function `name` (emulator/emu_control.h), or null when the loaded
 /// driver is not custream's CPU emulator.
 template <typename Fn>
 Fn emu_symbol(const char* name) {
   return custream::testing::driver_symbol<Fn>(name);
 }
 
-/// True when the loaded driver is custream's CPU emulator (test/emu).
+/// True when the loaded driver is custream's CPU emulator (emulator).
 inline bool emulated() { return emu_symbol<void (*)()>("custream_emu_reset") != nullptr; }
 
 /// The emulator's count of live driver objects (streams, events, graphs, allocations…).

@@ -36,7 +36,7 @@ constexpr const char* kUsage =
     "\n"
     "options of every command:\n"
     "  --emulate  run on the CPU driver emulator (the build tree's, else the installed one)\n"
-    "             (<build>/test/emu/libcuda.so.1, next to <build>/tools/custream)\n"
+    "             (<build>/emulator/libcuda.so.1, next to <build>/tools/custream)\n"
     "  --auto     run on the GPU when a driver and a device are present, otherwise on the\n"
     "             emulator; says which\n"
     "  --help     the command's help (custream <command> --help)\n"
@@ -257,7 +257,7 @@ std::string self_path() {
 std::string find_emulator(std::string* looked) {
   const std::string exe = self_path();
   const std::string dir = exe.substr(0, exe.rfind('/'));
-  std::vector<std::string> candidates = {dir + "/../test/emu/libcuda.so.1"};
+  std::vector<std::string> candidates = {dir + "/../emulator/libcuda.so.1"};
 #ifdef CUSTREAM_TOOL_EMULATOR_FROM_BINDIR
   candidates.push_back(dir + "/" CUSTREAM_TOOL_EMULATOR_FROM_BINDIR);
 #endif

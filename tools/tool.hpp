@@ -7,7 +7,7 @@
 namespace custream_tool {
 
 /// A one-line description of the loaded driver: "<path> (version 13000 = CUDA 13.0)", plus
-/// "— the CPU driver emulator" when it is custream's test/emu library.
+/// "— the CPU driver emulator" when it is custream's emulator library.
 std::string driver_line();
 
 /// True when the loaded driver is custream's CPU emulator (it exports custream_emu_reset).

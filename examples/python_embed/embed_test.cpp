@@ -2,7 +2,7 @@
 // and null or zero-sized buffers must give -1 (with a message where a buffer can take one),
 // never a crash. Runs on the CPU driver emulator (examples/meson.build) and on a GPU:
 //
-//     CUSTREAM_LIBCUDA=<build>/test/emu/libcuda.so.1 <build>/examples/custream-example-embed-test
+//     CUSTREAM_LIBCUDA=<build>/emulator/libcuda.so.1 <build>/examples/custream-example-embed-test
 //
 // Prints PASS / FAIL lines; exits 0 when all pass, 1 otherwise, 77 when there is no driver.
 #include <cstddef>

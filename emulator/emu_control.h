@@ -1,4 +1,4 @@
-/* Controls of custream's CPU driver emulator (<build>/test/emu/libcuda.so.1, installed as
+/* Controls of custream's CPU driver emulator (<build>/emulator/libcuda.so.1, installed as
  * <libdir>/custream/libcuda.so.1 with this header as <custream/emu_control.h>; guide:
  * docs/emulator.md).
  *
