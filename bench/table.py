@@ -16,7 +16,8 @@ stdout (or --output). With --list, a row the run lacks is kept, with "—" and t
 Columns: operation († = timed on a parked stream), raw driver, custream, the paired ratio
 custream / raw, A/A' (the method's control, as a drift in %), target, result, the same
 operation on a running stream (parked rows only: what the peers compare with) and one column
-per peer library that the peers CSV has.
+per peer library that the peers CSV has. A row the run skipped or could not run keeps its
+result ("skipped", "error") with dashes for its figures.
 """
 
 import argparse
@@ -101,7 +102,9 @@ def table(order, runs, peers, libraries, versions):
             control = number(r, "a_a2")
             run_raw, run_ours = number(r, "running_raw_ns"), number(r, "running_custream_ns")
             parked = run_raw is not None
-            cells = [operation + (" †" if parked else ""), human(raw), human(ours),
+            cells = [operation + (" †" if parked else ""),
+                     human(raw) if raw is not None else MISSING,
+                     human(ours) if ours is not None else MISSING,
                      f"{ratio:.3f}" if ratio is not None else MISSING,
                      f"{(control - 1) * 100:+.2f} %" if control is not None else MISSING,
                      target, r["result"],
