@@ -83,25 +83,11 @@ inline int device_of_current(const Loaded& l, CUcontext current) {
   return ordinal >= 0 ? ordinal : device_of_context(current);
 }
 
-/// The ordinal of the current device (Device::current() without building a Device).
-/// @throws Error.
-int current_device_ordinal(const Loaded& l);
-
 /// The primary context of the current device. @throws Error.
 CUcontext current_primary_context();
-
-/// Throws Error for `call` failing with `result`, about nothing in particular.
-[[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call);
 
 /// Throws the error for an optional entry point the driver lacks (`field` of DriverApi):
 /// names the call, the ABI version and the minimum driver.
 [[noreturn, gnu::cold]] void throw_missing_entry(const char* field);
-
-/// Reports `result` of a release call (`call` on the `what` at `handle`, e.g.
-/// "cuStreamDestroy", "stream", h) to the release-error handler, unless it is CUDA_SUCCESS or
-/// CUDA_ERROR_DEINITIALIZED. For destructors and cleanup paths: never throws, and allocates
-/// only on failure.
-void report_release_failure(CUresult result, const char* call, const char* what,
-                            const void* handle) noexcept;
 
 }  // namespace custream::detail
