@@ -131,6 +131,8 @@ def scan(root, names):
         + [p for p in (root / "lib").rglob("*.hpp")]
         + [p for p in (root / "include/custream").rglob("*.hpp")]
     )
+    if len(files) < 20:
+        sys.exit("call_layer_test: found only %d sources under %s" % (len(files), root))
     problems = []
     allowed = []
     for path in files:
@@ -138,7 +140,7 @@ def scan(root, names):
         restructured = rel.startswith(BEING_RESTRUCTURED)
         found = []
         for number, (code, strings, comment) in enumerate(lex(path.read_text()), 1):
-            if rel not in CALL_LAYER and "raw:" not in comment:
+            if rel not in CALL_LAYER and not re.search(r"\braw:\s*\S", comment):
                 for pattern in RAW_CALLS:
                     for m in pattern.finditer(code):
                         if m.group(1).startswith(".*") or m.group(1) in names:
