@@ -1,5 +1,10 @@
 // The loaded driver and per-device state, as inline hot paths need them. Internal: not part
 // of custream's API. Design: docs/design/loading.md.
+//
+// Defined in lib/driver.cpp, except the out-of-line callees of the inline paths here and in
+// custream/device.hpp and custream/detail/call.hpp, which public headers must see:
+// retain_primary_context, device_of_context and current_primary_context (lib/context.cpp),
+// throw_bad_ordinal (lib/error.cpp). Everything else lib/ defines is declared in lib/.
 #pragma once
 
 #include <atomic>
