@@ -1,7 +1,7 @@
 // The members of custream::StreamRef and custream::Stream that forward to the features above
 // streams: events (record, wait), capture, host functions and graphs. They live here, above
 // both, so that streams (stream.cpp) depend on no feature: the one rule for members that
-// cross entities (docs/design/streams.md, invariant 7).
+// cross entities (docs/design/streams.md, invariant 8).
 #include <optional>
 #include <string>
 
