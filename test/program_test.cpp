@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "custream/library_kernel.hpp"
 #include "custream/stream.hpp"
 #include "emu_control.h"
+#include "program/sha256.hpp"
 #include "test_support.hpp"
 
 using custream::CodeTarget;
@@ -581,4 +583,47 @@ TEST_CASE("CompileCache::library: a tool's own image by its key, produced once",
   CHECK(second.kernel("fill").name() == "fill");
   fresh.library("my-tool 1.1 scale", produce);  // another key
   CHECK(produced == 2);
+}
+
+TEST_CASE("SHA-256 of the compile cache's keys matches FIPS 180-4's vectors", "[program][cache]") {
+  using custream::detail::Sha256;
+  CHECK(Sha256::hex(Sha256::of("")) ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(Sha256::hex(Sha256::of("abc")) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(Sha256::hex(Sha256::of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 pieces;  // a million 'a', fed in uneven pieces
+  const std::string chunk(997, 'a');
+  std::size_t left = 1000000;
+  while (left > 0) {
+    const std::size_t n = std::min(left, chunk.size());
+    pieces.update(chunk.data(), n);
+    left -= n;
+  }
+  CHECK(Sha256::hex(pieces.finish()) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// The child of the next case: the driver (the emulator) loaded before NVRTC.
+TEST_CASE("(child) NVRTC after the emulator", "[.program-child-emulator-first]") {
+  std::string text = std::to_string(custream::Device::count()) + " device(s)|";
+  try {
+    Program::nvrtc_version();
+    text += "loaded";
+  } catch (const custream::Error& e) {
+    text += e.name() + "|" + e.what();
+  }
+  write_text(std::getenv("PROGRAM_TEST_OUT"), text);
+}
+
+TEST_CASE("NVRTC loaded after custream's CPU emulator is refused, saying why", "[program]") {
+  REQUIRE_NVRTC();
+  REQUIRE_DRIVER();
+  if (!custream_test::emulated()) CUSTREAM_SKIP("only the emulator lacks what NVRTC calls");
+  TempDir dir;
+  const std::string text = run_child("[.program-child-emulator-first]", {}, dir.path + "/out");
+  CHECK(text.find("|CUDA_ERROR_NOT_SUPPORTED|NVRTC (") != std::string::npos);
+  CHECK(custream_test::contains_text(text, "before the first use of the driver") ==
+        "before the first use of the driver");
 }
