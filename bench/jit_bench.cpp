@@ -196,11 +196,15 @@ int main(int argc, char** argv) try {
   const int hits = argc > 2 ? std::atoi(argv[2]) : 200;
   char dir[] = "/tmp/custream-jit-bench-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
-  const auto [major, minor] = custream::Program::nvrtc_version();  // loads NVRTC (not timed)
+  const auto t_load = std::chrono::steady_clock::now();
+  const auto [major, minor] = custream::Program::nvrtc_version();  // loads NVRTC, once a process
+  const double load_s = seconds_since(t_load);
   std::printf("NVRTC %d.%d (%s); source %zu + header %zu bytes, %zu name expressions\n", major,
               minor, custream::Program::nvrtc_library().c_str(), std::string(kSource).size(),
               std::string(kHeader).size(), std::size(kExpressions));
 
+  std::printf("loading NVRTC (dlopen; once a process): %.1f ms\n",
+              load_s * 1e3);
   std::vector<double> compile_s;
   std::size_t image_bytes = 0;
   for (int i = 0; i < compilations; ++i) {

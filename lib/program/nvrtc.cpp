@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -94,25 +95,35 @@ bool driver_is_emulator() {
   return emu;
 }
 
+std::atomic<bool> g_compiled{false};  // NVRTC compiled once in this process
+
+[[noreturn]] void refuse_after_emulator(const NvrtcApi& api) {
+  throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
+              "NVRTC (" + api.library +
+                  ") cannot start after custream loaded its CPU driver emulator: NVRTC opens "
+                  "libcuda.so.1 at its first compilation, finds the emulator and would crash; "
+                  "compile a custream::Program (or call custream::Program::nvrtc_version()) "
+                  "before the first use of the driver");
+}
+
 // NVRTC opens libcuda.so.1 itself at its first compilation in a process (cuInit, then
-// cuGetExportTable, called without a check). Once custream has loaded its CPU emulator, whose
-// soname is libcuda.so.1, NVRTC would find the emulator, which has no cuGetExportTable, and
-// crash. A first compilation before custream loads the driver makes NVRTC look while no
-// libcuda.so.1 is loaded (it does not look again); after the emulator, it is refused.
+// cuGetExportTable, called without a check), and never again. Once custream has loaded its CPU
+// emulator, whose soname is libcuda.so.1, NVRTC would find the emulator, which has no
+// cuGetExportTable, and crash. When CUSTREAM_LIBCUDA names a driver and none is loaded yet,
+// NVRTC compiles an empty program at once, while no libcuda.so.1 is loaded; otherwise its first
+// compilation is the first Program's (invariant 2).
 void first_compilation(const NvrtcApi& api) {
-  if (driver_is_emulator()) {
-    throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
-                "NVRTC (" + api.library +
-                    ") cannot start after custream loaded its CPU driver emulator: NVRTC opens "
-                    "libcuda.so.1 at its first compilation, finds the emulator and would crash; "
-                    "compile a custream::Program (or call custream::Program::nvrtc_version()) "
-                    "before the first use of the driver");
+  if (driver_is_emulator()) refuse_after_emulator(api);
+  const char* named = secure_getenv("CUSTREAM_LIBCUDA");
+  if (g_loaded.load(std::memory_order_acquire) != nullptr || named == nullptr || named[0] == '\0') {
+    return;
   }
   nvrtcProgram p = nullptr;
   if (api.create(&p, "", "custream_first.cu", 0, nullptr, nullptr) != 0) return;
   const char* option = "--gpu-architecture=compute_75";
   api.compile(p, 1, &option);
   api.destroy(&p);
+  g_compiled.store(true);
 }
 
 const NvrtcApi& load_nvrtc() {
@@ -207,6 +218,12 @@ std::string toolkit_lib_dirs_text() {
   std::string out;
   for (const std::string& d : toolkit_lib_dirs()) out += (out.empty() ? "" : ", ") + d;
   return out;
+}
+
+void before_compilation(const NvrtcApi& api) {
+  if (g_compiled.load(std::memory_order_acquire)) return;
+  if (driver_is_emulator()) refuse_after_emulator(api);
+  g_compiled.store(true, std::memory_order_release);
 }
 
 std::string find_in_toolkit(const std::string& file) {
