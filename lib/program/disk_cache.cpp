@@ -118,10 +118,12 @@ std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes, const
   for (const Entry& e : entries) {
     if (total <= max_bytes) break;
     if (e.path == keep) continue;
-    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {  // another process may be first
-      total -= e.bytes;
+    if (::unlink(e.path.c_str()) == 0) {
       ++removed;
+    } else if (errno != ENOENT) {  // ENOENT: another process removed it first
+      continue;
     }
+    total -= e.bytes;
   }
   return removed;
 }
