@@ -167,11 +167,17 @@ __global__ void transpose(int rows, int cols, const T* __restrict__ in, T* __res
 }
 )";
 
-const char* const kExpressions[] = {
-    "axpby<float>",        "axpby<double>",        "reduce<float, jit::Sum<float>, 256>",
-    "reduce<int, jit::Max<int>, 128>", "gemm<float, 16>", "gemm<double, 16>",
-    "stencil<float, 32, 8>", "histogram<256>",     "softmax<float, 256>",
-    "scan<int, 256>",      "transpose<float, 32>"};
+const char* const kExpressions[] = {"axpby<float>",
+                                    "axpby<double>",
+                                    "reduce<float, jit::Sum<float>, 256>",
+                                    "reduce<int, jit::Max<int>, 128>",
+                                    "gemm<float, 16>",
+                                    "gemm<double, 16>",
+                                    "stencil<float, 32, 8>",
+                                    "histogram<256>",
+                                    "softmax<float, 256>",
+                                    "scan<int, 256>",
+                                    "transpose<float, 32>"};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -203,8 +209,7 @@ int main(int argc, char** argv) try {
               minor, custream::Program::nvrtc_library().c_str(), std::string(kSource).size(),
               std::string(kHeader).size(), std::size(kExpressions));
 
-  std::printf("loading NVRTC (dlopen; once a process): %.1f ms\n",
-              load_s * 1e3);
+  std::printf("loading NVRTC (dlopen; once a process): %.1f ms\n", load_s * 1e3);
   std::vector<double> compile_s;
   std::size_t image_bytes = 0;
   for (int i = 0; i < compilations; ++i) {

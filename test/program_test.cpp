@@ -61,7 +61,8 @@ ProgramOptions default_options() {
 }
 
 Program make_program(const CompileCache& cache, const std::string& source = kSource,
-                     const std::string& header = kHeader, ProgramOptions options = default_options()) {
+                     const std::string& header = kHeader,
+                     ProgramOptions options = default_options()) {
   Program p(source, "scale.cu", std::move(options));
   p.add_header("ops.cuh", header).add_name_expression("scale<float>");
   p.add_name_expression("scale<double>").cache(cache);
@@ -70,13 +71,13 @@ Program make_program(const CompileCache& cache, const std::string& source = kSou
 
 // NVRTC is loaded before the driver (on the emulator it must be: custream/program.hpp). Skips
 // the case when there is no NVRTC.
-#define REQUIRE_NVRTC()                                                             \
-  do {                                                                              \
-    try {                                                                           \
-      Program::nvrtc_version();                                                     \
-    } catch (const custream::Error& e) {                                            \
-      CUSTREAM_SKIP("needs NVRTC (CUDA toolkit): " << e.what());                   \
-    }                                                                               \
+#define REQUIRE_NVRTC()                                          \
+  do {                                                           \
+    try {                                                        \
+      Program::nvrtc_version();                                  \
+    } catch (const custream::Error& e) {                         \
+      CUSTREAM_SKIP("needs NVRTC (CUDA toolkit): " << e.what()); \
+    }                                                            \
   } while (false)
 
 // A fresh empty directory under /tmp, removed (with what is in it) by the destructor.
@@ -89,7 +90,8 @@ struct TempDir {
   }
   ~TempDir() {
     const std::string command = "chmod -R u+w '" + path + "' 2>/dev/null; rm -rf '" + path + "'";
-    if (std::system(command.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path.c_str());
+    if (std::system(command.c_str()) != 0)
+      std::fprintf(stderr, "could not remove %s\n", path.c_str());
   }
   std::vector<std::string> files() const {
     std::vector<std::string> out;
@@ -192,7 +194,9 @@ TEST_CASE("Program compiles CUDA C++ with headers and returns the lowered names"
 
   const ProgramImage cubin = make_program(CompileCache::off()).build("sm_90");
   CHECK_FALSE(cubin.ptx);
-  CHECK(cubin.bytes.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(cubin.bytes.compare(0, 4,
+                            "\x7f"
+                            "ELF") == 0);
 }
 
 TEST_CASE("A compile error carries NVRTC's log with line numbers, the options and the version",
@@ -257,8 +261,9 @@ TEST_CASE("(child) NVRTC absent", "[.program-child-no-nvrtc]") {
 TEST_CASE("Without NVRTC, compiling throws an Error naming NVRTC, what was tried and the fix",
           "[program]") {
   TempDir dir;
-  const std::string text = run_child(
-      "[.program-child-no-nvrtc]", {"CUSTREAM_NVRTC=/nonexistent/libnvrtc.so.13"}, dir.path + "/out");
+  const std::string text =
+      run_child("[.program-child-no-nvrtc]", {"CUSTREAM_NVRTC=/nonexistent/libnvrtc.so.13"},
+                dir.path + "/out");
   const std::string first = text.substr(0, text.find('\n') + 1);
   CHECK(text == first + first);  // the second attempt: the same error
   CHECK(first.rfind("CUDA_ERROR_NOT_FOUND|NVRTC not found (tried /nonexistent/libnvrtc.so.13", 0) ==
@@ -285,7 +290,8 @@ TEST_CASE("The compile cache serves a second Program; any change to the input mi
 
   // Each of these changes the key: a compilation, not a hit.
   CHECK_FALSE(make_program(cache, std::string(kSource) + "\n").build("compute_75").from_cache);
-  CHECK_FALSE(make_program(cache, kSource, std::string(kHeader) + "\n").build("compute_75").from_cache);
+  CHECK_FALSE(
+      make_program(cache, kSource, std::string(kHeader) + "\n").build("compute_75").from_cache);
   ProgramOptions other = default_options();
   other.defines[0].second = "1";
   CHECK_FALSE(make_program(cache, kSource, kHeader, other).build("compute_75").from_cache);
@@ -304,8 +310,8 @@ TEST_CASE("(child) build into a cache", "[.program-child-build]") {
   std::string text = image.from_cache ? "hit " : "compiled ";
   text += std::to_string(image.bytes.size()) + " " + image.lowered_names.at(0).second;
   const auto s = cache.stats();
-  text += " stores=" + std::to_string(s.stores) + " write_failures=" +
-          std::to_string(s.write_failures);
+  text +=
+      " stores=" + std::to_string(s.stores) + " write_failures=" + std::to_string(s.write_failures);
   write_text(std::getenv("PROGRAM_TEST_OUT"), text);
 }
 
@@ -328,8 +334,8 @@ TEST_CASE("Processes compiling the same program at once leave one valid entry",
   constexpr int kChildren = 4;
   std::vector<Child> children;
   for (int i = 0; i < kChildren; ++i) {
-    children.push_back(start_child("[.program-child-build]", env,
-                                   dir.path + "/out" + std::to_string(i)));
+    children.push_back(
+        start_child("[.program-child-build]", env, dir.path + "/out" + std::to_string(i)));
   }
   std::vector<std::string> results;
   for (const Child& c : children) results.push_back(finish_child(c));
@@ -381,7 +387,8 @@ TEST_CASE("A truncated compile-cache entry is compiled again and rewritten", "[p
   make_program(cache).build("compute_75");
   const std::string entry = the_entry(dir);
   const std::string good = read_text(entry);
-  for (const std::size_t keep : {good.size() - 1, good.size() / 2, std::size_t(40), std::size_t(0)}) {
+  for (const std::size_t keep :
+       {good.size() - 1, good.size() / 2, std::size_t(40), std::size_t(0)}) {
     INFO("kept " << keep << " of " << good.size() << " bytes");
     write_text(entry, good.substr(0, keep));
     const auto before = cache.stats();
@@ -466,8 +473,10 @@ TEST_CASE("CUSTREAM_CACHE_DIR chooses the compile cache; off turns it off", "[pr
   const std::string restore_xdg = xdg != nullptr ? xdg : "";
   setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   CHECK(CompileCache::from_environment().directory() == "/tmp/xdg/custream");
-  if (xdg != nullptr) setenv("XDG_CACHE_HOME", restore_xdg.c_str(), 1);
-  else unsetenv("XDG_CACHE_HOME");
+  if (xdg != nullptr)
+    setenv("XDG_CACHE_HOME", restore_xdg.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
   if (saved != nullptr) setenv("CUSTREAM_CACHE_DIR", restore.c_str(), 1);
 }
 
@@ -475,11 +484,14 @@ TEST_CASE("Linked programs: -dlto and the device runtime, through nvJitLink", "[
   REQUIRE_NVRTC();
   ProgramOptions lto;
   lto.link_time_optimization = true;
-  const ProgramImage linked =
-      Program(kSource, "scale.cu", lto).add_header("ops.cuh", kHeader).cache(CompileCache::off())
-          .build("sm_90");
+  const ProgramImage linked = Program(kSource, "scale.cu", lto)
+                                  .add_header("ops.cuh", kHeader)
+                                  .cache(CompileCache::off())
+                                  .build("sm_90");
   CHECK_FALSE(linked.ptx);
-  CHECK(linked.bytes.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(linked.bytes.compare(0, 4,
+                             "\x7f"
+                             "ELF") == 0);
   CHECK(linked.bytes.find("fill") != std::string::npos);
 
   ProgramOptions devrt;
@@ -490,7 +502,9 @@ TEST_CASE("Linked programs: -dlto and the device runtime, through nvJitLink", "[
   Program with_runtime(conditional, "conditional.cu", devrt);
   with_runtime.cache(CompileCache::off());
   const ProgramImage image = with_runtime.build("sm_90");
-  CHECK(image.bytes.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(image.bytes.compare(0, 4,
+                            "\x7f"
+                            "ELF") == 0);
   CHECK(image.bytes.find("set_condition") != std::string::npos);
   // PTX cannot be linked.
   expect_error([&] { with_runtime.build("compute_90"); }, CUDA_ERROR_INVALID_VALUE,
@@ -533,7 +547,9 @@ TEST_CASE("compile() loads the program for the devices present; its kernels run"
     CHECK(p.lowered_name("scale<float>") == "_Z5scaleIfEvPT_S0_i");
     CHECK(&p.library() == &lib);
     if (target == CodeTarget::cubin && custream_test::emulated()) {
-      CHECK(image.bytes.compare(0, 4, "\x7f" "ELF") == 0);
+      CHECK(image.bytes.compare(0, 4,
+                                "\x7f"
+                                "ELF") == 0);
       CHECK(lib.kernel_names().empty());  // the emulator reads no cubin: PTX is what it runs
       continue;
     }
@@ -549,7 +565,8 @@ TEST_CASE("compile() loads the program for the devices present; its kernels run"
     custream::Stream stream(custream::Device(0));
     custream::DeviceBuffer buffer(n * sizeof(float), custream::Device(0));
     stream.copy(buffer.get(), host.data(), n * sizeof(float));
-    k.launch(stream, custream::Dim3((n + 127) / 128), custream::Dim3(128), 0, buffer.get(), 3.0f, n);
+    k.launch(stream, custream::Dim3((n + 127) / 128), custream::Dim3(128), 0, buffer.get(), 3.0f,
+             n);
     stream.copy(host.data(), buffer.get(), n * sizeof(float));
     stream.synchronize();
     CHECK(host[0] == 0.0f);

@@ -58,8 +58,8 @@ bool register_cpu_axpy(const std::string& name) {
   if (driver == nullptr) return false;
   auto register_kernel = reinterpret_cast<decltype(&custream_emu_register_kernel)>(
       dlsym(driver, "custream_emu_register_kernel"));
-  const bool registered =
-      register_kernel != nullptr && register_kernel(name.c_str(), cpu_axpy, nullptr, nullptr, 0) == 0;
+  const bool registered = register_kernel != nullptr &&
+                          register_kernel(name.c_str(), cpu_axpy, nullptr, nullptr, 0) == 0;
   dlclose(driver);
   return registered;
 }
@@ -150,10 +150,10 @@ struct TempCache {
 // Describes what compile() loaded.
 void print_images(const custream::Program& program, const char* which) {
   for (const custream::ProgramImage& image : program.images()) {
-    std::printf("%s: %s for %s, %zu bytes, %s\n", which, image.ptx ? "PTX" : "a cubin",
-                image.arch.c_str(), image.bytes.size(),
-                image.from_cache ? "from the compile cache on disk (NVRTC not run)"
-                                 : "compiled by NVRTC");
+    std::printf(
+        "%s: %s for %s, %zu bytes, %s\n", which, image.ptx ? "PTX" : "a cubin", image.arch.c_str(),
+        image.bytes.size(),
+        image.from_cache ? "from the compile cache on disk (NVRTC not run)" : "compiled by NVRTC");
   }
 }
 
@@ -266,7 +266,8 @@ int run() {
   }
   std::printf("graph replays: results and host functions correct on %d device(s)\n", devices);
   std::printf(
-      "PASS: axpy<float> compiled with custream::Program, loaded once for every device, ran eagerly and in %d "
+      "PASS: axpy<float> compiled with custream::Program, loaded once for every device, ran "
+      "eagerly and in %d "
       "graph replays on %d device(s)\n",
       replays, devices);
   return example::exit_pass;

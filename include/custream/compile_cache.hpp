@@ -16,11 +16,11 @@ namespace custream {
 
 /// What a CompileCache has done in this process (all its copies together).
 struct CompileCacheStats {
-  std::uint64_t hits = 0;        ///< entries found valid and used
-  std::uint64_t misses = 0;      ///< lookups with no entry
-  std::uint64_t rejected = 0;    ///< entries found corrupt or truncated (then rewritten)
-  std::uint64_t stores = 0;      ///< entries written
-  std::uint64_t evictions = 0;   ///< entries removed to stay under the size cap
+  std::uint64_t hits = 0;            ///< entries found valid and used
+  std::uint64_t misses = 0;          ///< lookups with no entry
+  std::uint64_t rejected = 0;        ///< entries found corrupt or truncated (then rewritten)
+  std::uint64_t stores = 0;          ///< entries written
+  std::uint64_t evictions = 0;       ///< entries removed to stay under the size cap
   std::uint64_t write_failures = 0;  ///< entries that could not be written (read-only, full)
 };
 

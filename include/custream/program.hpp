@@ -88,7 +88,8 @@ class Program {
 
  private:
   std::string cache_key(const std::string& arch, const std::vector<std::string>& options) const;
-  ProgramImage compile_image(const std::string& arch, const std::vector<std::string>& options) const;
+  ProgramImage compile_image(const std::string& arch,
+                             const std::vector<std::string>& options) const;
   void load_cubins(const std::vector<int>& archs);
   const std::string& resolve(const std::string& name) const;
 

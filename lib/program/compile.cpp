@@ -70,8 +70,8 @@ ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& 
   image.log = program_log(api, p.handle);
   if (compiled != 0) {
     throw CompileError("nvrtcCompileProgram", source.name,
-                       std::string(api.error_string(compiled)) + "\n" + image.log,
-                       joined(options), arch, "NVRTC " + api.version_text());
+                       std::string(api.error_string(compiled)) + "\n" + image.log, joined(options),
+                       arch, "NVRTC " + api.version_text());
   }
   for (const std::string& e : source.expressions) {
     const char* lowered = nullptr;
@@ -79,7 +79,8 @@ ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& 
       throw CompileError("nvrtcGetLoweredName", source.name,
                          "the name expression \"" + e +
                              "\" names no __global__ function or __device__ variable of the "
-                             "program\n" + image.log,
+                             "program\n" +
+                             image.log,
                          joined(options), arch, "NVRTC " + api.version_text());
     }
     image.lowered_names.emplace_back(e, lowered);
@@ -92,7 +93,8 @@ ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& 
     std::size_t size = 0;
     if (nvrtcResult r = size_fn(p.handle, &size)) nvrtc_failed(api, r, what, source.name);
     image.bytes.assign(size, '\0');
-    if (nvrtcResult r = data_fn(p.handle, image.bytes.data())) nvrtc_failed(api, r, what, source.name);
+    if (nvrtcResult r = data_fn(p.handle, image.bytes.data()))
+      nvrtc_failed(api, r, what, source.name);
   };
   switch (output) {
     case NvrtcOutput::ptx:

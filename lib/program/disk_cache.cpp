@@ -68,7 +68,7 @@ bool make_directories(const std::string& path) {
     const std::string prefix = path.substr(0, i);
     if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
   }
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -96,7 +96,8 @@ bool older(const Entry& a, const Entry& b) {
 
 // Removes the least recently used entries until the directory fits `max_bytes`; `keep` (the
 // entry just written) stays (invariant 8). Returns how many were removed.
-std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes, const std::string& keep) {
+std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes,
+                    const std::string& keep) {
   DIR* dir = ::opendir(directory.c_str());
   if (dir == nullptr) return 0;
   std::vector<Entry> entries;
@@ -106,7 +107,7 @@ std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes, const
     const std::string name = d->d_name;
     if (name.size() != 64 + suffix || name.compare(64, suffix, kSuffix) != 0) continue;
     const std::string path = directory + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     entries.push_back({path, static_cast<std::uint64_t>(st.st_size), st.st_mtim});
     total += static_cast<std::uint64_t>(st.st_size);

@@ -36,7 +36,8 @@ std::string device_runtime_library() {
   if (path.empty()) {
     throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "libcudadevrt.a (the CUDA device runtime, needed by ProgramOptions::"
-                "device_runtime) not found in " + toolkit_lib_dirs_text() +
+                "device_runtime) not found in " +
+                    toolkit_lib_dirs_text() +
                     "; it ships with the CUDA toolkit, not with the driver: install the "
                     "toolkit or set CUDA_HOME to it");
   }
@@ -53,8 +54,8 @@ std::string run_nvjitlink(const std::string& program, const std::string& input, 
   for (const std::string& o : options) option_ptrs.push_back(o.c_str());
   const std::string version = "nvJitLink " + api.version_text();
   LinkHandle link{api};
-  if (nvJitLinkResult r = api.create(&link.handle, static_cast<unsigned>(option_ptrs.size()),
-                                     option_ptrs.data())) {
+  if (nvJitLinkResult r =
+          api.create(&link.handle, static_cast<unsigned>(option_ptrs.size()), option_ptrs.data())) {
     throw Error(CUDA_ERROR_UNKNOWN, "nvJitLinkCreate", program,
                 version + " (" + api.library + ") answered " + std::to_string(r));
   }
@@ -63,8 +64,8 @@ std::string run_nvjitlink(const std::string& program, const std::string& input, 
                         "nvJitLink error " + std::to_string(r) + "\n" + error_log(api, link.handle),
                         joined(options), arch, version);
   };
-  if (nvJitLinkResult r = api.add_data(link.handle, ltoir ? kInputLtoir : kInputCubin,
-                                       input.data(), input.size(), program.c_str())) {
+  if (nvJitLinkResult r = api.add_data(link.handle, ltoir ? kInputLtoir : kInputCubin, input.data(),
+                                       input.size(), program.c_str())) {
     throw failed("nvJitLinkAddData", r);
   }
   if (device_runtime) {

@@ -69,12 +69,12 @@ Opened open_first(const char* env, const std::vector<std::string>& sonames) {
 Error not_found(const std::string& what, const char* env, const Opened& o,
                 const std::string& package) {
   const std::string fix =
-      o.from_env ? std::string("; ") + env + " names a library that does not load: unset it or "
-                                             "point it at " + what + " (e.g. " +
-                       toolkit_lib_dirs().back() + "/" + package + ")"
-                 : "; install the CUDA toolkit's " + what + " (" + package +
-                       ") or set " + env + "=/path/to/" + package +
-                       " (or CUDA_HOME to the toolkit)";
+      o.from_env ? std::string("; ") + env +
+                       " names a library that does not load: unset it or "
+                       "point it at " +
+                       what + " (e.g. " + toolkit_lib_dirs().back() + "/" + package + ")"
+                 : "; install the CUDA toolkit's " + what + " (" + package + ") or set " + env +
+                       "=/path/to/" + package + " (or CUDA_HOME to the toolkit)";
   return Error(CUDA_ERROR_NOT_FOUND, {}, {}, what + " not found (tried " + o.tried + ")" + fix);
 }
 
@@ -127,26 +127,26 @@ void first_compilation(const NvrtcApi& api) {
 }
 
 const NvrtcApi& load_nvrtc() {
-  const Opened o = open_first("CUSTREAM_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
+  const Opened o =
+      open_first("CUSTREAM_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
   if (o.handle == nullptr) throw not_found("NVRTC", "CUSTREAM_NVRTC", o, "libnvrtc.so");
   auto api = std::make_unique<NvrtcApi>();
   api->library = o.path;
-  const bool complete =
-      resolve(o.handle, api->error_string, "nvrtcGetErrorString") &&
-      resolve(o.handle, api->version, "nvrtcVersion") &&
-      resolve(o.handle, api->create, "nvrtcCreateProgram") &&
-      resolve(o.handle, api->destroy, "nvrtcDestroyProgram") &&
-      resolve(o.handle, api->compile, "nvrtcCompileProgram") &&
-      resolve(o.handle, api->log_size, "nvrtcGetProgramLogSize") &&
-      resolve(o.handle, api->log, "nvrtcGetProgramLog") &&
-      resolve(o.handle, api->ptx_size, "nvrtcGetPTXSize") &&
-      resolve(o.handle, api->ptx, "nvrtcGetPTX") &&
-      resolve(o.handle, api->cubin_size, "nvrtcGetCUBINSize") &&
-      resolve(o.handle, api->cubin, "nvrtcGetCUBIN") &&
-      resolve(o.handle, api->add_name, "nvrtcAddNameExpression") &&
-      resolve(o.handle, api->lowered_name, "nvrtcGetLoweredName") &&
-      resolve(o.handle, api->num_archs, "nvrtcGetNumSupportedArchs") &&
-      resolve(o.handle, api->archs, "nvrtcGetSupportedArchs");
+  const bool complete = resolve(o.handle, api->error_string, "nvrtcGetErrorString") &&
+                        resolve(o.handle, api->version, "nvrtcVersion") &&
+                        resolve(o.handle, api->create, "nvrtcCreateProgram") &&
+                        resolve(o.handle, api->destroy, "nvrtcDestroyProgram") &&
+                        resolve(o.handle, api->compile, "nvrtcCompileProgram") &&
+                        resolve(o.handle, api->log_size, "nvrtcGetProgramLogSize") &&
+                        resolve(o.handle, api->log, "nvrtcGetProgramLog") &&
+                        resolve(o.handle, api->ptx_size, "nvrtcGetPTXSize") &&
+                        resolve(o.handle, api->ptx, "nvrtcGetPTX") &&
+                        resolve(o.handle, api->cubin_size, "nvrtcGetCUBINSize") &&
+                        resolve(o.handle, api->cubin, "nvrtcGetCUBIN") &&
+                        resolve(o.handle, api->add_name, "nvrtcAddNameExpression") &&
+                        resolve(o.handle, api->lowered_name, "nvrtcGetLoweredName") &&
+                        resolve(o.handle, api->num_archs, "nvrtcGetNumSupportedArchs") &&
+                        resolve(o.handle, api->archs, "nvrtcGetSupportedArchs");
   if (!complete) {
     throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "NVRTC " + o.path + " lacks an entry point custream needs (NVRTC >= 11.2)");

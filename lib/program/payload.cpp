@@ -57,14 +57,14 @@ bool decode_image(const std::string& payload, ProgramImage* image) {
     if (!get(payload, at, &expression) || !get(payload, at, &lowered)) return false;
     image->lowered_names.emplace_back(std::move(expression), std::move(lowered));
   }
-  return get(payload, at, &image->log) && get(payload, at, &image->bytes) &&
-         at == payload.size() && !image->bytes.empty();
+  return get(payload, at, &image->log) && get(payload, at, &image->bytes) && at == payload.size() &&
+         !image->bytes.empty();
 }
 
 bool read_whole_file(const std::string& path, std::string* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  struct stat st{};
+  struct stat st {};
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (ok) {
     out->resize(static_cast<std::size_t>(st.st_size));

@@ -133,14 +133,17 @@ ProgramImage Program::compile_image(const std::string& arch,
   const bool ptx = arch.rfind("compute_", 0) == 0;
   ProgramImage image;
   if (!options_.needs_link()) {
-    image = detail::run_nvrtc(source, options, ptx ? detail::NvrtcOutput::ptx
-                                                   : detail::NvrtcOutput::cubin, arch);
+    image = detail::run_nvrtc(source, options,
+                              ptx ? detail::NvrtcOutput::ptx : detail::NvrtcOutput::cubin, arch);
   } else {
-    if (ptx) refuse(CUDA_ERROR_INVALID_VALUE, name_ + " is linked (-rdc or -dlto): it needs a "
-                                                     "cubin target (sm_XY), not " + arch);
+    if (ptx)
+      refuse(CUDA_ERROR_INVALID_VALUE, name_ +
+                                           " is linked (-rdc or -dlto): it needs a "
+                                           "cubin target (sm_XY), not " +
+                                           arch);
     const bool lto = options_.link_time_optimization;
-    image = detail::run_nvrtc(source, options, lto ? detail::NvrtcOutput::ltoir
-                                                   : detail::NvrtcOutput::cubin, arch);
+    image = detail::run_nvrtc(source, options,
+                              lto ? detail::NvrtcOutput::ltoir : detail::NvrtcOutput::cubin, arch);
     image.bytes = detail::run_nvjitlink(name_, image.bytes, lto, arch, options_.device_runtime);
   }
   cache_.store(key, detail::encode_image(image));
@@ -175,8 +178,9 @@ const Library& Program::compile() {
   for (int d = 0; d < count; ++d) archs.push_back(device_arch(Device(d)));
   CodeTarget mode = target_;
   if (options_.needs_link() && mode == CodeTarget::ptx) {
-    refuse(CUDA_ERROR_INVALID_VALUE, name_ + " is linked (-rdc or -dlto), which needs cubins: "
-                                             "CodeTarget::ptx cannot serve it");
+    refuse(CUDA_ERROR_INVALID_VALUE, name_ +
+                                         " is linked (-rdc or -dlto), which needs cubins: "
+                                         "CodeTarget::ptx cannot serve it");
   }
   if (mode == CodeTarget::automatic) {  // invariant 4
     const bool old_driver = driver_info().version < api.version_number();
@@ -192,8 +196,8 @@ const Library& Program::compile() {
     try {
       lib = Library::from_image(image.bytes.data(), image.bytes.size());
     } catch (const Error& e) {
-      const bool ptx_refused = e.result() == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
-                               e.result() == CUDA_ERROR_INVALID_PTX;
+      const bool ptx_refused =
+          e.result() == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || e.result() == CUDA_ERROR_INVALID_PTX;
       if (target_ != CodeTarget::automatic || !ptx_refused) throw;
     }
     if (lib && (target_ != CodeTarget::automatic || !jit_refused(lib, image))) {
@@ -237,8 +241,8 @@ const std::string& Program::lowered_name(const std::string& expression) const {
     std::string given;
     for (const std::string& e : expressions_) given += (given.empty() ? "" : ", ") + e;
     throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
-                "custream::Program " + name_ + " has no lowered name for \"" + expression +
-                    "\" (" + (by_device_.empty() ? "not compiled yet; " : "") +
+                "custream::Program " + name_ + " has no lowered name for \"" + expression + "\" (" +
+                    (by_device_.empty() ? "not compiled yet; " : "") +
                     "name expressions given: " + (given.empty() ? "none" : given) + ")");
   }
   return it->second;
