@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -456,6 +457,23 @@ TEST_CASE("The compile cache evicts the least recently used entries at its cap",
   CHECK(cache.find(c) == payload);
   CHECK_FALSE(cache.find(b).has_value());
   CHECK(access(cache.entry_path(b).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("A store removes temporary files that a process dying mid-write left behind",
+          "[program][cache]") {
+  TempDir dir;
+  const CompileCache cache(dir.path);
+  const std::string stale = dir.path + "/." + CompileCache::key_of({"s"}) + ".tmp.99.0";
+  const std::string fresh = dir.path + "/." + CompileCache::key_of({"f"}) + ".tmp.98.0";
+  write_text(stale, "half an entry");
+  write_text(fresh, "an entry being written");
+  const timespec two_hours_ago[2] = {{std::time(nullptr) - 7200, 0},
+                                     {std::time(nullptr) - 7200, 0}};
+  REQUIRE(utimensat(AT_FDCWD, stale.c_str(), two_hours_ago, 0) == 0);
+  REQUIRE(cache.store(CompileCache::key_of({"x"}), "payload"));
+  CHECK(access(stale.c_str(), F_OK) != 0);
+  CHECK(access(fresh.c_str(), F_OK) == 0);  // another process may still rename it
+  CHECK(cache.stats().evictions == 0);
 }
 
 TEST_CASE("CUSTREAM_CACHE_DIR chooses the compile cache; off turns it off", "[program][cache]") {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <vector>
 
@@ -88,6 +89,14 @@ struct Entry {
   timespec mtime;
 };
 
+// A temporary file older than this was left by a process that died before its rename.
+constexpr std::time_t kStaleTemporarySeconds = 3600;
+
+void remove_if_stale(const std::string& path, std::time_t stale) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_mtime < stale) ::unlink(path.c_str());
+}
+
 bool older(const Entry& a, const Entry& b) {
   if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec < b.mtime.tv_sec;
   if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec < b.mtime.tv_nsec;
@@ -95,7 +104,8 @@ bool older(const Entry& a, const Entry& b) {
 }
 
 // Removes the least recently used entries until the directory fits `max_bytes`; `keep` (the
-// entry just written) stays (invariant 8). Returns how many were removed.
+// entry just written) stays (invariant 8). Removes stale temporary files on the way
+// (invariant 6). Returns how many entries were removed.
 std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes,
                     const std::string& keep) {
   DIR* dir = ::opendir(directory.c_str());
@@ -103,8 +113,13 @@ std::uint64_t evict(const std::string& directory, std::uint64_t max_bytes,
   std::vector<Entry> entries;
   std::uint64_t total = 0;
   const std::size_t suffix = std::strlen(kSuffix);
+  const std::time_t stale = std::time(nullptr) - kStaleTemporarySeconds;
   while (const dirent* d = ::readdir(dir)) {
     const std::string name = d->d_name;
+    if (name[0] == '.' && name.find(".tmp.") != std::string::npos) {
+      remove_if_stale(directory + "/" + name, stale);  // left by a process that died writing
+      continue;
+    }
     if (name.size() != 64 + suffix || name.compare(64, suffix, kSuffix) != 0) continue;
     const std::string path = directory + "/" + name;
     struct stat st {};

@@ -51,10 +51,14 @@ int ptx_arch(const detail::NvrtcApi& api, int oldest) {
   return std::clamp(oldest, *lo, *hi);
 }
 
-// Whether the driver's JIT could not take NVRTC's PTX (a PTX ISA newer than the driver).
+// Whether the driver's JIT could not take NVRTC's PTX (a PTX ISA newer than the driver): a
+// lazily loading driver accepts the image and writes a JIT error log, or (a driver that lists a
+// library's kernels, CUDA 12.4) lists no kernel of a PTX that has entries.
 bool jit_refused(const Library& lib, const ProgramImage& image) {
   if (!lib.jit_error_log().empty()) return true;
-  return lib.kernel_names().empty() && image.bytes.find(".entry") != std::string::npos;
+  constexpr int kListsKernels = 12040;
+  return driver_info().version >= kListsKernels && lib.kernel_names().empty() &&
+         image.bytes.find(".entry") != std::string::npos;
 }
 
 }  // namespace
