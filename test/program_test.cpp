@@ -662,3 +662,32 @@ TEST_CASE("NVRTC loaded after custream's CPU emulator is refused, saying why", "
   CHECK(custream_test::contains_text(text, "before the first use of the driver") ==
         "before the first use of the driver");
 }
+
+TEST_CASE("PTX the driver's JIT refuses as too new is replaced by a cubin for each architecture",
+          "[program]") {
+  REQUIRE_NVRTC();
+  REQUIRE_DRIVER();
+  auto fail =
+      custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+  if (fail == nullptr) CUSTREAM_SKIP("the refusal is injected on the emulator");
+  TempDir dir;
+  ProgramOptions options = default_options();
+  options.define("UNIQUE", "refused");  // bytes no earlier case loaded (Library's cache)
+  // An NVRTC newer than the driver: the load answers CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
+  fail("cuLibraryLoadData", 1, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+  Program p = make_program(CompileCache(dir.path), kSource, kHeader, options);
+  p.compile();
+  REQUIRE(p.images().size() == 1);
+  const custream::ComputeCapability cc = custream::Device(0).compute_capability();
+  CHECK(p.images().front().arch == "sm_" + std::to_string(cc.major * 10 + cc.minor));
+  CHECK_FALSE(p.images().front().ptx);
+  CHECK(p.library(custream::Device(0)).handle() != nullptr);
+  CHECK(p.lowered_name("scale<double>") == "_Z5scaleIdEvPT_S0_i");
+
+  // Asked for PTX only, the refusal is the caller's to see.
+  options.define("AGAIN", "1");
+  Program ptx_only = make_program(CompileCache(dir.path), kSource, kHeader, options);
+  ptx_only.target(CodeTarget::ptx);
+  fail("cuLibraryLoadData", 1, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+  expect_error([&] { ptx_only.compile(); }, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+}
