@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "custream/device.hpp"
@@ -690,4 +691,29 @@ TEST_CASE("PTX the driver's JIT refuses as too new is replaced by a cubin for ea
   ptx_only.target(CodeTarget::ptx);
   fail("cuLibraryLoadData", 1, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
   expect_error([&] { ptx_only.compile(); }, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+}
+
+TEST_CASE("Threads compiling through one compile cache at once", "[program][cache]") {
+  REQUIRE_NVRTC();
+  TempDir dir;
+  const CompileCache cache(dir.path);
+  constexpr int kThreads = 4;
+  std::vector<ProgramImage> images(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ProgramOptions options = default_options();
+      options.define("THREAD", std::to_string(i % 2));  // two programs, each built twice
+      images[i] = make_program(cache, kSource, kHeader, options).build("compute_75");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const auto s = cache.stats();
+  CHECK(s.stores + s.hits == kThreads);
+  CHECK(s.write_failures == 0);
+  CHECK(images[0].bytes == images[2].bytes);
+  CHECK(images[1].bytes == images[3].bytes);
+  int entries = 0;
+  for (const std::string& f : dir.files()) entries += f.find(".entry") != std::string::npos;
+  CHECK(entries == 2);
 }
