@@ -31,10 +31,11 @@ class Device;
 /// known after compiling, and kernel() takes either. A Program is a builder: not for use by
 /// several threads at once.
 ///
-/// NVRTC opens libcuda.so.1 itself at its first compilation in a process. custream makes
-/// that first compilation when it loads NVRTC; on custream's CPU driver emulator, NVRTC must
-/// be loaded before the driver (the first Program compiled, or nvrtc_version(), before any
-/// other custream call), or it is refused with an Error saying so.
+/// NVRTC opens libcuda.so.1 itself at its first compilation in a process. On custream's CPU
+/// driver emulator (which lacks what NVRTC calls there) NVRTC must be loaded before the driver:
+/// compile a Program, or call nvrtc_version(), before any other custream call; where
+/// CUSTREAM_LIBCUDA names a driver not loaded yet, custream then has NVRTC compile an empty
+/// program at once. NVRTC loaded after the emulator is refused with an Error saying so.
 class Program {
  public:
   /// The source `source`, named `name` in the compiler's messages ("name(LINE): error").
