@@ -318,6 +318,7 @@ TEST_CASE("(child) build into a cache", "[.program-child-build]") {
 }
 
 TEST_CASE("The compile cache serves another process", "[program][cache]") {
+  REQUIRE_NVRTC();
   TempDir dir;
   const std::vector<std::string> env{"PROGRAM_TEST_DIR=" + dir.path};
   const std::string first = run_child("[.program-child-build]", env, dir.path + "/out1");
@@ -413,6 +414,7 @@ TEST_CASE("(child) build into an unwritable cache", "[.program-child-unwritable]
 
 TEST_CASE("An unwritable compile cache: the code is compiled and used, one warning per process",
           "[program][cache]") {
+  REQUIRE_NVRTC();
   TempDir dir;
   // Read-only for a user; root writes there anyway, so also a path under a regular file.
   const std::string read_only = dir.path + "/ro";
