@@ -30,12 +30,6 @@ class Device;
 /// (add_name_expression("scale<float>")) instantiate templates; their lowered names are
 /// known after compiling, and kernel() takes either. A Program is a builder: not for use by
 /// several threads at once.
-///
-/// NVRTC opens libcuda.so.1 itself at its first compilation in a process. On custream's CPU
-/// driver emulator (which lacks what NVRTC calls there) NVRTC must be loaded before the driver:
-/// compile a Program, or call nvrtc_version(), before any other custream call; where
-/// CUSTREAM_LIBCUDA names a driver not loaded yet, custream then has NVRTC compile an empty
-/// program at once. NVRTC loaded after the emulator is refused with an Error saying so.
 class Program {
  public:
   /// The source `source`, named `name` in the compiler's messages ("name(LINE): error").

@@ -68,7 +68,6 @@ std::string joined(const std::vector<std::string>& options) {
 ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& options,
                        NvrtcOutput output, const std::string& arch) {
   const NvrtcApi& api = nvrtc();
-  before_compilation(api);
   std::vector<const char*> header_texts, header_names, option_ptrs;
   for (const auto& [name, text] : source.headers) {
     header_names.push_back(name.c_str());
