@@ -524,7 +524,8 @@ void run_task(CompletionTask* task, CUresult result,
   try {
     task->invoke(task, result);
   } catch (...) {
-    report_host_function_error(HostFunctionError{task->view, std::current_exception(), false});
+    report_host_function_error(
+        HostFunctionError{task->view, std::current_exception(), false, /*completion=*/true});
   }
   finish_task(task, releasing);
 }

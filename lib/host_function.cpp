@@ -354,9 +354,10 @@ std::string describe_exception(const std::exception_ptr& exception) {
 }  // namespace
 
 std::string HostFunctionError::message() const {
-  return std::string(captured ? "a captured host function (graph replay) enqueued on "
-                              : "a host function enqueued on ") +
-         stream.to_string() + " " + describe_exception(exception);
+  const char* const what = completion ? "a completion callback registered on "
+                           : captured ? "a captured host function (graph replay) enqueued on "
+                                      : "a host function enqueued on ";
+  return std::string(what) + stream.to_string() + " " + describe_exception(exception);
 }
 
 HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {

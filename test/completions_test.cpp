@@ -271,6 +271,8 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
   {
     std::lock_guard<std::mutex> lock(m);
     CHECK(reported.at(0).find("completion boom") != std::string::npos);
+    // Told as what it is: a completion callback, not a host function.
+    CHECK(reported.at(0).rfind("a completion callback registered on <", 0) == 0);
     reported.clear();
   }
   if (custream_test::emulated()) {
@@ -314,6 +316,7 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
     CHECK_FALSE(plain_ran.load());
     std::lock_guard<std::mutex> lock(m);
     CHECK(reported.at(0).find("CUDA_ERROR_LAUNCH_FAILED") != std::string::npos);
+    CHECK(reported.at(0).rfind("a completion callback registered on <", 0) == 0);
   }
   custream::set_host_function_error_handler(previous);
 
