@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "custream/context_scope.hpp"
+#include "custream/detail/block_pool.hpp"
 #include "custream/error.hpp"
 #include "custream/host_function_error.hpp"
 #include "driver.hpp"
@@ -55,17 +56,6 @@ bool expedited_barrier_registered() noexcept {
   static const bool registered =
       ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   return registered;
-}
-
-// Asks for the cache line at `p` with intent to write (PREFETCHW: GCC's __builtin_prefetch emits
-// a read prefetch for baseline x86-64, which leaves the line shared; CPUs without PREFETCHW
-// execute it as a no-op).
-inline void prefetch_for_write(const void* p) noexcept {
-#if defined(__x86_64__)
-  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 1);
-#endif
 }
 
 // Makes room in `v` for `n` more elements, at least doubling its capacity when it grows: a reserve
@@ -355,18 +345,9 @@ bool memory_writes_supported(const Loaded& l, int device) {
   return k == 1;
 }
 
-// Task blocks (custream/completions.hpp): a shared pool and each thread's cache.
-BatchPool<void*>& block_pool() {
-  static auto* pool = new BatchPool<void*>;  // never destroyed: blocks may be freed at exit
-  return *pool;
-}
-
-ThreadCache<void*> block_cache() { return ThreadCache<void*>(&block_pool()); }
-
 // fork() (invariant 15): the pools' mutexes are held by the forking thread across it, so that
 // the child finds none held by a thread it does not have.
 void lock_pools_for_fork() {
-  block_pool().lock_for_fork();
   word_pool().lock_for_fork();
   event_pools().mutex.lock();
   for (auto& [device, pool] : event_pools().by_device) pool.lock_for_fork();
@@ -375,47 +356,9 @@ void unlock_pools_after_fork(bool child) noexcept {
   for (auto& [device, pool] : event_pools().by_device) pool.unlock_after_fork(child);
   release_after_fork(event_pools().mutex, child);
   word_pool().unlock_after_fork(child);
-  block_pool().unlock_after_fork(child);
 }
-
-// This thread's cache of task blocks (nullptr while the thread ends).
-ThreadCache<void*>* thread_blocks() { return ThreadLocal<ThreadCache<void*>, block_cache>::get(); }
 
 }  // namespace
-
-void* allocate_task_block() {
-  ThreadCache<void*>* const mine = thread_blocks();
-  if (mine == nullptr)
-    return take_uncached(block_pool(), [] { return ::operator new(kTaskBlock); });
-  ThreadCache<void*>& cache = *mine;
-  void* block = cache.take([] { return ::operator new(kTaskBlock); });
-  // The next block was last read by the watcher: ask for it now, with intent to write, so that
-  // taking it from the watcher's cache overlaps this registration's driver calls (invariant 8).
-  if (!cache.free.empty()) {
-    prefetch_for_write(cache.free.back());
-    prefetch_for_write(static_cast<char*>(cache.free.back()) + 64);
-  }
-  return block;
-}
-
-void free_task_block(void* block) noexcept {
-  ThreadCache<void*>* const mine = thread_blocks();
-  if (mine == nullptr) {
-    block_pool().give_back_one(block);  // out of memory, it leaks
-    return;
-  }
-  std::vector<void*>& free = mine->free;
-  try {
-    free.push_back(block);
-  } catch (...) {
-    ::operator delete(block);
-    return;
-  }
-  // A thread that frees more than it makes (the watcher) passes blocks on.
-  if (free.size() >= 2 * BatchPool<void*>::kBatch) {
-    block_pool().give_back(free, BatchPool<void*>::kBatch);
-  }
-}
 
 namespace {
 
