@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "completions/task_queue.hpp"
+#include "completions/watcher_sleeps.hpp"
 #include "custream/capture_mode.hpp"
 #include "custream/context.hpp"
 #include "custream/device.hpp"
@@ -34,9 +36,7 @@
 #include "custream/testing.hpp"
 #include "emu_control.h"
 #include "release_support.hpp"
-#include "task_queue.hpp"
 #include "test_support.hpp"
-#include "watcher_sleeps.hpp"
 
 using custream::CompletionDelivery;
 using custream::CompletionMechanism;
