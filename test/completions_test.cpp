@@ -742,7 +742,7 @@ TEST_CASE("completions: the longest spin and linger are taken as a day", "[compl
 
 TEST_CASE("completions: a queue's tasks ripen for queries a microsecond after they were taken",
           "[completions][unit]") {
-  // The watcher's queue of one stream (lib/task_queue.hpp): poll() queries only its ripe
+  // The watcher's queue of one stream (lib/completions/task_queue.hpp): poll() queries only its ripe
   // events, from the head.
   using custream::detail::CompletionTask;
   using custream::detail::TaskQueue;
