@@ -742,8 +742,8 @@ TEST_CASE("completions: the longest spin and linger are taken as a day", "[compl
 
 TEST_CASE("completions: a queue's tasks ripen for queries a microsecond after they were taken",
           "[completions][unit]") {
-  // The watcher's queue of one stream (lib/completions/task_queue.hpp): poll() queries only its ripe
-  // events, from the head.
+  // The watcher's queue of one stream (lib/completions/task_queue.hpp): poll() queries only its
+  // ripe events, from the head.
   using custream::detail::CompletionTask;
   using custream::detail::TaskQueue;
   CompletionTask a{}, b{}, c{};

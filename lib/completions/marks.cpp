@@ -40,8 +40,8 @@ namespace {
   throw_stream_error(CUDA_ERROR_INVALID_CONTEXT, "custream::Completions", s,
                      "no context is current in this thread, and a special handle is the "
                      "current context's stream: make one current (DeviceScope, ContextScope) "
-                     "or register on a stream of a device (custream refused it once "
-                     "cuCtxGetCurrent found none)");
+                     "or register on a stream of a device (custream refused it once the "
+                     "driver said none is current)");
 }
 
 // The written word of a registration on `s` (a primary context's stream of a device that
