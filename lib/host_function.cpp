@@ -16,6 +16,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "driver.hpp"
 #include "handler_slot.hpp"
+#include "support/task_ptr.hpp"
 
 namespace custream {
 
@@ -34,14 +35,16 @@ void report(const HostFunctionError& error) noexcept {
 
 void detail::report_host_function_error(const HostFunctionError& error) noexcept { report(error); }
 
+namespace detail {
+// A host task released unrun (TaskPtr): its destroy, which frees it.
+inline void release_task(HostTask* task) noexcept { task->destroy(task); }
+}  // namespace detail
+
 namespace {
 
 // --- Trampolines: run on the driver's host-function thread (invariant 5) ---
 
-struct TaskDeleter {
-  void operator()(detail::HostTask* task) const noexcept { task->destroy(task); }
-};
-using TaskPtr = std::unique_ptr<detail::HostTask, TaskDeleter>;
+using HostTaskPtr = detail::TaskPtr<detail::HostTask>;
 
 void run(detail::HostTask& task, CUresult status) noexcept {
   try {
@@ -107,7 +110,7 @@ Attached give_to_graph(CUgraph graph, detail::HostTask* task, bool release_objec
 }
 
 // Attaches `task` to `graph` and enqueues it as a host node (invariant 3).
-void launch_captured(StreamRef s, TaskPtr task, CUgraph graph) {
+void launch_captured(StreamRef s, HostTaskPtr task, CUgraph graph) {
   task->captured = true;
   detail::HostTask* raw = task.get();
   const Attached attached = give_to_graph(graph, raw, true);
@@ -158,7 +161,7 @@ CUstreamCaptureStatus capture_state(const DriverApi& api, StreamRef s,
 
 // Enqueues `task` on `s` in capture state `status` (graph: the capture graph while
 // capturing), invariant 1.
-void enqueue_in_state(const DriverApi& api, StreamRef s, TaskPtr task, TaskKind kind,
+void enqueue_in_state(const DriverApi& api, StreamRef s, HostTaskPtr task, TaskKind kind,
                       CUstreamCaptureStatus status, CUgraph graph) {
   const char* call = kind == TaskKind::host_function
                          ? detail::EntryInfo<&DriverApi::cuLaunchHostFunc>::name
@@ -179,7 +182,7 @@ void enqueue_in_state(const DriverApi& api, StreamRef s, TaskPtr task, TaskKind 
 }
 
 // Enqueues `task` on `s` (invariants 1, 10).
-void enqueue(StreamRef s, TaskPtr task, TaskKind kind) {
+void enqueue(StreamRef s, HostTaskPtr task, TaskKind kind) {
   const DriverApi& api = detail::api();
   std::lock_guard<std::mutex> lock(detail::capture_transitions());
   std::optional<ContextScope> scope;
@@ -293,12 +296,12 @@ void CUDA_CB run_host_task_once(void* p) {
 namespace detail {
 
 void enqueue_host_task(StreamRef s, HostTask* raw) {
-  enqueue(s, TaskPtr(raw), TaskKind::host_function);
+  enqueue(s, HostTaskPtr(raw), TaskKind::host_function);
 }
 
 void host_task_not_launched(StreamRef s, HostTask* raw, CUresult capturing,
                             CUstreamCaptureStatus status, CUresult launched) {
-  TaskPtr task(raw);
+  HostTaskPtr task(raw);
   // The launch failed after a successful check: a special handle had a current context then
   // (else the check would have failed first), so there is nothing to retry.
   if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -313,7 +316,7 @@ void host_task_not_launched(StreamRef s, HostTask* raw, CUresult capturing,
 }
 
 void add_callback_task(StreamRef s, HostTask* raw) {
-  TaskPtr task(raw);
+  HostTaskPtr task(raw);
   task->stream = s;
   enqueue(s, std::move(task), TaskKind::callback);
 }
@@ -339,7 +342,7 @@ void add_callback(StreamRef s, CUstreamCallback fn, void* arg) {
   } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
     // Captured as a host node around the driver's own callback (invariant 4).
     auto call = [fn, arg](StreamRef cs, CUresult result) { fn(cs.handle(), result, arg); };
-    TaskPtr task(new detail::StreamCallbackTask<decltype(call)>(call));
+    HostTaskPtr task(new detail::StreamCallbackTask<decltype(call)>(call));
     task->stream = s;
     launch_captured(s, std::move(task), graph);
   } else {
@@ -364,9 +367,10 @@ std::string describe_exception(const std::exception_ptr& exception) {
 }  // namespace
 
 std::string HostFunctionError::message() const {
-  return std::string(captured ? "a captured host function (graph replay) enqueued on "
-                              : "a host function enqueued on ") +
-         stream.to_string() + " " + describe_exception(exception);
+  const char* const what = completion ? "a completion callback registered on "
+                           : captured ? "a captured host function (graph replay) enqueued on "
+                                      : "a host function enqueued on ";
+  return std::string(what) + stream.to_string() + " " + describe_exception(exception);
 }
 
 HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {

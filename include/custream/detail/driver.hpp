@@ -23,8 +23,6 @@ struct DeviceSlot {
   std::atomic<CUcontext> primary{nullptr};
   /// Serialises this device's first retain only: retaining device 1 never waits for device 0.
   std::mutex retain_mutex;
-  /// Whether completions may be written to host memory by its streams: -1 not asked yet, 0, 1.
-  std::atomic<signed char> memory_writes{-1};
 };
 
 /// Everything that exists once the driver is loaded.

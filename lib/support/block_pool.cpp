@@ -1,5 +1,6 @@
-// The host-task pool: recycled blocks for detail::HostTask payloads. Design:
-// docs/design/host_functions.md, invariants 7 and 8.
+// The block pool: recycled 128-byte blocks for every task one thread makes and another frees
+// (host functions' HostTask payloads, completion tasks, futures). Contract: block_pool.hpp.
+// Design: docs/design/host_functions.md, invariants 7 and 8.
 //
 // Where a free block can be (each block is in exactly one place at a time):
 //  - an allocating thread's list (t_pool_free): null-terminated, only that thread touches it,
@@ -16,6 +17,8 @@
 // and pool_stats(); every other step is O(1) and touches no block but the one it moves or
 // the first block of a batch. Slabs (one batch each) are carved, under PoolShared::mutex, from
 // 1 MiB anonymous mappings and never freed.
+#include "block_pool.hpp"
+
 #include <sys/mman.h>
 
 #include <atomic>
@@ -23,24 +26,28 @@
 #include <mutex>
 #include <new>
 
+#include "custream/completions.hpp"
 #include "custream/detail/host_task.hpp"
+#include "fork_safe.hpp"
 
 namespace custream::detail {
 
 namespace {
 
-static_assert(sizeof(PoolBlock) <= HostTask::kPooledBytes);
+static_assert(sizeof(PoolBlock) <= kPoolBlockBytes);
+static_assert(kPoolBlockBytes == kPoolBlockBytes && kTaskBlock == kPoolBlockBytes,
+              "host tasks and completion tasks share one pool of blocks");
 
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kSlabBlocks = kPoolBatch;  // a new slab is one batch
-constexpr std::size_t kSlabBytes = kSlabBlocks * HostTask::kPooledBytes;
+constexpr std::size_t kSlabBytes = kSlabBlocks * kPoolBlockBytes;
 // Slabs are carved from mappings of their own, not from malloc: slabs are never freed, and
 // malloc'd ones would sit between the program's (and the driver's) own allocations and keep
 // malloc from giving those back when they are freed. A mapping's pages become resident only
 // as its slabs are used.
 constexpr std::size_t kChunkSlabs = 128;  // 1 MiB
 constexpr std::size_t kChunkBytes = kChunkSlabs * kSlabBytes;
-static_assert(HostTask::kPooledBytes % kLine == 0, "blocks are whole cache lines (invariant 8)");
+static_assert(kPoolBlockBytes % kLine == 0, "blocks are whole cache lines (invariant 8)");
 
 // Under AddressSanitizer every task is a plain allocation (invariant 7): a pool would hand a
 // freed block to the next task, so a use after free would read a live task instead of being
@@ -65,7 +72,7 @@ struct BatchHead {
   BatchHead* next_batch;
   std::size_t count;
 };
-static_assert(sizeof(BatchHead) <= HostTask::kPooledBytes);
+static_assert(sizeof(BatchHead) <= kPoolBlockBytes);
 static_assert(offsetof(BatchHead, list) == 0);
 
 std::atomic<BatchHead*> g_batches{nullptr};
@@ -106,6 +113,9 @@ union SharedStorage {
 };
 SharedStorage g_shared;
 PoolShared& shared() noexcept { return g_shared.value; }
+// fork(): the refills' mutex is held by the forking thread across it, and made anew in the
+// child (completions.md, invariant 15).
+std::mutex& pool_mutex() { return shared().mutex; }
 
 // A new slab's storage, from the newest mapping or a new one. Caller holds the mutex.
 unsigned char* carve_slab(PoolShared& s) {
@@ -127,7 +137,7 @@ unsigned char* carve_slab(PoolShared& s) {
 PoolBlock* link_slab(unsigned char* slab) noexcept {
   PoolBlock* first = nullptr;
   for (std::size_t i = kSlabBlocks; i-- > 0;) {
-    first = ::new (static_cast<void*>(slab + i * HostTask::kPooledBytes)) PoolBlock{first};
+    first = ::new (static_cast<void*>(slab + i * kPoolBlockBytes)) PoolBlock{first};
   }
   return first;
 }
@@ -150,7 +160,7 @@ PoolBlock* take_batch() {
 }
 
 void* plain_block() {
-  void* p = ::operator new(HostTask::kPooledBytes, std::align_val_t(kLine));
+  void* p = ::operator new(kPoolBlockBytes, std::align_val_t(kLine));
   if (kPooled) g_plain_blocks.fetch_add(1, std::memory_order_relaxed);  // joins when freed
   return p;
 }
@@ -207,6 +217,7 @@ struct ThreadRecord {
 
 // Registers this thread's ThreadRecord (its thread-exit hand-back).
 [[gnu::noinline]] void open_thread() noexcept {
+  guard_across_fork<&pool_mutex>();
   static thread_local ThreadRecord record;
   (void)&record;
   t_state = ThreadState::kOpen;
@@ -231,6 +242,21 @@ void HostTask::operator delete(void* p, std::size_t size) noexcept {
     ::operator delete(p);
     return;
   }
+  give_pool_block(p);
+}
+
+void* allocate_task_block() {
+  void* const block = take_pool_block();
+  // A completion task fills both lines of its block: the second line of the next one is asked
+  // for too, so that taking it from the watcher's cache overlaps this registration's driver
+  // calls (completions.md, invariant 8).
+  if (PoolBlock* const next = t_pool_free) prefetch_for_write(reinterpret_cast<char*>(next) + 64);
+  return block;
+}
+
+void free_task_block(void* block) noexcept { give_pool_block(block); }
+
+void give_pool_block(void* p) noexcept {
   if (!kPooled) {
     ::operator delete(p, std::align_val_t(kLine));
     return;

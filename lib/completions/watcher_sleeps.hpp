@@ -1,5 +1,7 @@
-// Which sleep of the completion watcher registrations have woken. Internal.
-// Design: docs/design/completions.md, invariant 4.
+// The sleep counter: which sleep of the completion watcher registrations have woken. Internal.
+//
+// Contract: each sleep has a number, and only its first claim notifies; a late claim never takes
+// a newer sleep; a sleep waits once (invariant 4). Design: docs/design/completions.md.
 #pragma once
 
 #include <atomic>

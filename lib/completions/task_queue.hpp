@@ -1,5 +1,9 @@
-// The completion watcher's queue of one stream's registrations. Internal.
-// Design: docs/design/completions.md, invariants 2, 8 and 9.
+// The task queue: the completion watcher's FIFO of one stream's registrations. Internal.
+//
+// Contract: tasks leave in the order they came (invariant 2); the queue holds pointers and
+// times outside the tasks, which it never writes (8); an event is ripe for a query kFresh after
+// the watcher took it (2); `head_since` says how long the head has waited (9); `mixed` says
+// that more than one thread's registrations are queued. Design: docs/design/completions.md.
 #pragma once
 
 #include <algorithm>
