@@ -138,7 +138,7 @@ void throw_bad_ordinal(int ordinal, int count, const char* call) {
 }
 
 void throw_error(CUresult result, const char* call, std::string subject, std::string detail) {
-  throw Error(result, call, std::move(subject), std::move(detail));
+  throw Error(result, call != nullptr ? call : "", std::move(subject), std::move(detail));
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // each a short call into the engine, whose registering side is inline (engine.hpp) and
 // compiles here. Contract: a registration that throws destroys its callable unrun; futures
 // are set on the watcher with the stream's error, if any. Design: docs/design/completions.md.
+#include "error.hpp"
 #include "custream/completions.hpp"
 
 #include <cstdlib>
@@ -14,7 +15,7 @@ namespace custream {
 namespace detail {
 
 void throw_completion_failure(CUresult result, CUstream stream, int device) {
-  throw Error(result, EntryInfo<&DriverApi::cuEventQuery>::name,
+  detail::throw_error(result, EntryInfo<&DriverApi::cuEventQuery>::name,
               subject_text({Subject::What::stream, stream, device}),
               "the stream's work failed before the completion was reached (a callback that "
               "takes no CUresult is not run)");

@@ -1,6 +1,7 @@
 // The completion engine's life: starting the watcher, draining and stopping it, orphaning it
 // to its own thread, caller delivery's run_ready() and its frames, and what fork() leaves.
 // Contract: engine.hpp. Design: docs/design/completions.md, invariants 4, 6, 7 and 15.
+#include "error.hpp"
 #include "engine.hpp"
 
 #include <fcntl.h>
@@ -44,7 +45,7 @@ CompletionOptions clamped(CompletionOptions o) noexcept {
 }
 
 [[noreturn]] void throw_os_error(const std::string& what) {
-  throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {}, what);
+  detail::throw_error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Completions", {}, what);
 }
 
 }  // namespace

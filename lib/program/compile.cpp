@@ -1,5 +1,6 @@
 // One NVRTC compilation: the program, its headers, its name expressions; the output and the
 // log. Design: docs/design/jit.md (invariant 4).
+#include "error.hpp"
 #include "compile.hpp"
 
 #include "custream/compile_error.hpp"
@@ -20,7 +21,7 @@ struct ProgramHandle {
 
 [[noreturn]] void nvrtc_failed(const NvrtcApi& api, nvrtcResult r, const char* call,
                                const std::string& program) {
-  throw Error(CUDA_ERROR_UNKNOWN, call, program,
+  detail::throw_error(CUDA_ERROR_UNKNOWN, call, program,
               std::string("NVRTC ") + api.version_text() + " (" + api.library + ") answered " +
                   api.error_string(r));
 }
@@ -47,7 +48,7 @@ void take_output(const NvrtcApi& api, nvrtcProgram p, NvrtcOutput output,
   if (output == NvrtcOutput::ltoir)
     size_fn = api.ltoir_size, data_fn = api.ltoir, what = "nvrtcGetLTOIR";
   if (size_fn == nullptr || data_fn == nullptr) {
-    throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
+    detail::throw_error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
                 "NVRTC " + api.version_text() + " cannot output LTO-IR (NVRTC >= 12.0)");
   }
   std::size_t size = 0;

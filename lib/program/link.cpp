@@ -1,5 +1,6 @@
 // One nvJitLink link: LTO-IR or relocatable device code (and the device runtime) to a cubin.
 // Design: docs/design/jit.md (invariant 5).
+#include "error.hpp"
 #include "compile.hpp"
 #include "custream/compile_error.hpp"
 #include "custream/error.hpp"
@@ -34,7 +35,7 @@ std::string error_log(const NvJitLinkApi& api, nvJitLinkHandle h) {
 std::string device_runtime_library() {
   const std::string path = find_in_toolkit("libcudadevrt.a");
   if (path.empty()) {
-    throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
+    detail::throw_error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "libcudadevrt.a (the CUDA device runtime, needed by ProgramOptions::"
                 "device_runtime) not found in " +
                     toolkit_lib_dirs_text() +
@@ -56,7 +57,7 @@ std::string run_nvjitlink(const std::string& program, const std::string& input, 
   LinkHandle link{api};
   if (nvJitLinkResult r =
           api.create(&link.handle, static_cast<unsigned>(option_ptrs.size()), option_ptrs.data())) {
-    throw Error(CUDA_ERROR_UNKNOWN, "nvJitLinkCreate", program,
+    detail::throw_error(CUDA_ERROR_UNKNOWN, "nvJitLinkCreate", program,
                 version + " (" + api.library + ") answered " + std::to_string(r));
   }
   auto failed = [&](const char* call, nvJitLinkResult r) {

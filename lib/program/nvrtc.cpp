@@ -1,5 +1,6 @@
 // NVRTC and nvJitLink loaded at run time: dlopen with an environment override, a clear error
 // naming what was tried. Design: docs/design/jit.md (invariants 1 and 2).
+#include "error.hpp"
 #include "nvrtc.hpp"
 
 #include <dlfcn.h>
@@ -106,7 +107,7 @@ const NvrtcApi& load_nvrtc() {
                         resolve(o.handle, api->num_archs, "nvrtcGetNumSupportedArchs") &&
                         resolve(o.handle, api->archs, "nvrtcGetSupportedArchs");
   if (!complete) {
-    throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
+    detail::throw_error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "NVRTC " + o.path + " lacks an entry point custream needs (NVRTC >= 11.2)");
   }
   resolve(o.handle, api->ltoir_size, "nvrtcGetLTOIRSize");
@@ -133,7 +134,7 @@ const NvJitLinkApi& load_nvjitlink() {
                         resolve(o.handle, api->error_log_size, "nvJitLinkGetErrorLogSize") &&
                         resolve(o.handle, api->error_log, "nvJitLinkGetErrorLog");
   if (!complete) {
-    throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
+    detail::throw_error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "nvJitLink " + o.path + " lacks an entry point custream needs (nvJitLink >= 12.0)");
   }
   if (resolve(o.handle, api->version, "nvJitLinkVersion")) api->version(&api->major, &api->minor);

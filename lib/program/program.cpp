@@ -1,5 +1,6 @@
 // custream::Program: NVRTC compilation for the devices present, through the compile cache,
 // loaded as Libraries. Design: docs/design/jit.md (invariants 2-5).
+#include "error.hpp"
 #include "custream/program.hpp"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ namespace custream {
 namespace {
 
 [[noreturn]] void refuse(CUresult result, const std::string& what) {
-  throw Error(result, {}, {}, "custream::Program refused: " + what);
+  detail::throw_error(result, {}, {}, "custream::Program refused: " + what);
 }
 
 // The SHA-256 of libcudadevrt.a's contents, read once per process (it is part of the key of
@@ -244,7 +245,7 @@ const std::string& Program::lowered_name(const std::string& expression) const {
   if (it == lowered_.end()) {
     std::string given;
     for (const std::string& e : expressions_) given += (given.empty() ? "" : ", ") + e;
-    throw Error(CUDA_ERROR_NOT_FOUND, {}, {},
+    detail::throw_error(CUDA_ERROR_NOT_FOUND, {}, {},
                 "custream::Program " + name_ + " has no lowered name for \"" + expression + "\" (" +
                     (by_device_.empty() ? "not compiled yet; " : "") +
                     "name expressions given: " + (given.empty() ? "none" : given) + ")");
