@@ -188,34 +188,16 @@ void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& s
   if (!stream.is_special()) scope.emplace(stream.context());
 }
 
-// Checks the launch's clusters (invariant 7): no string is made unless a check refuses.
-void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
-                   CUfunction function, const LaunchConfig& config, const std::string& kernel) {
-  check_version(l, kCluster, stream, function, kernel);
+// Clusters of more than 8 blocks (invariant 7): the kernel's permission and the device's room,
+// asked of the driver. Out of line and cold: the common launch's frame stays small.
+[[gnu::cold, gnu::noinline]] void check_large_cluster(const Loaded& l, const StreamRef& stream,
+                                                      CUfunction function,
+                                                      const LaunchConfig& config,
+                                                      const std::string& kernel) {
   const Dim3 c = *config.cluster;
   const Dim3 g = config.grid;
   const auto what = [c] { return "cluster dimensions " + dims_text(c); };
-  if (caps != nullptr && !caps->cluster_launch) {
-    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
-           what() +
-               ": the device cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0; "
-               "compute capability 9.0 or newer can)");
-  }
-  if (c.x == 0 || c.y == 0 || c.z == 0) {
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what() + ": every dimension must be at least 1");
-  }
-  const auto divides = [](unsigned cluster, unsigned grid) {  // no division for the usual 1
-    return cluster == 1 || grid % cluster == 0;
-  };
-  if (!divides(c.x, g.x) || !divides(c.y, g.y) || !divides(c.z, g.z)) {
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
-           what() + " do not divide the grid " + dims_text(g));
-  }
   const unsigned long long size = 1ull * c.x * c.y * c.z;
-  if (size <= 8) return;  // portable: every device that launches clusters can
-  // Larger clusters need the kernel's permission and the device's room: ask the driver what it
-  // can co-schedule (rare sizes only, so the common launch makes no query).
   const Subject subject{Subject::What::stream, stream.handle(), stream.device_id()};
   int allowed = 1;
   // A special handle's launch passes a CUkernel, which cuFuncGetAttribute does not take.
@@ -253,6 +235,46 @@ void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& str
   }
 }
 
+// Refuses the clusters of `config` (invariant 7). Out of line and cold: only a refusal.
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_cluster(const DeviceCaps* caps,
+                                                           const StreamRef& stream,
+                                                           CUfunction function,
+                                                           const LaunchConfig& config,
+                                                           const std::string& kernel) {
+  const Dim3 c = *config.cluster;
+  const std::string what = "cluster dimensions " + dims_text(c);
+  if (caps != nullptr && !caps->cluster_launch) {
+    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+           what +
+               ": the device cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0; "
+               "compute capability 9.0 or newer can)");
+  }
+  if (c.x == 0 || c.y == 0 || c.z == 0) {
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+           what + ": every dimension must be at least 1");
+  }
+  refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+         what + " do not divide the grid " + dims_text(config.grid));
+}
+
+// Checks the launch's clusters (invariant 7): inline compares for the portable sizes (no string,
+// no call); a refusal and the rare sizes above 8 blocks go out of line.
+inline void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+                          CUfunction function, const LaunchConfig& config,
+                          const std::string& kernel) {
+  check_version(l, kCluster, stream, function, kernel);
+  const Dim3 c = *config.cluster;
+  const Dim3 g = config.grid;
+  const auto divides = [](unsigned cluster, unsigned grid) {  // no division for the usual 1
+    return cluster == 1 || (cluster != 0 && grid % cluster == 0);
+  };
+  if ((caps != nullptr && !caps->cluster_launch) || !divides(c.x, g.x) || !divides(c.y, g.y) ||
+      !divides(c.z, g.z)) {
+    refuse_cluster(caps, stream, function, config, kernel);
+  }
+  if (1ull * c.x * c.y * c.z > 8) check_large_cluster(l, stream, function, config, kernel);
+}
+
 [[gnu::cold]] void refuse_cooperative(const StreamRef& stream, CUfunction function,
                                       const std::string& kernel, const LaunchConfig& config,
                                       unsigned long long blocks, int per_sm, int sms) {
@@ -266,8 +288,10 @@ void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& str
              std::to_string(sms) + " SMs");
 }
 
-void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
-                       CUfunction function, const LaunchConfig& config, const std::string& kernel) {
+// Out of line: an occupancy query per launch; its frame stays off the common launch's.
+[[gnu::noinline]] void check_cooperative(const Loaded& l, const DeviceCaps* caps,
+                                         const StreamRef& stream, CUfunction function,
+                                         const LaunchConfig& config, const std::string& kernel) {
   check_version(l, kCooperative, stream, function, kernel);
   if (caps == nullptr) return;  // a special handle: the driver checks
   if (!caps->cooperative_launch) {
@@ -324,6 +348,11 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
     refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
                         config.shared_bytes);
   }
+  launch_with_attributes(function, stream, config, params, kernel);
+}
+
+void launch_with_attributes(CUfunction function, const StreamRef& stream,
+                            const LaunchConfig& config, void** params, const std::string& kernel) {
   const Loaded& l = loaded();
   const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(l.api);  // an older driver: say so
   CUlaunchAttribute attributes[6];

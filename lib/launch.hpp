@@ -24,6 +24,13 @@ namespace custream::detail {
 void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
                         void** params, const std::string& kernel);
 
+/// launch_with_config() for a caller that has refused `config.shared_bytes` above
+/// kMaxSharedBytes itself (before any driver call of its own): the attribute checks and the one
+/// cuLaunchKernelEx, without checking the shared memory twice.
+/// @throws as launch_with_config().
+void launch_with_attributes(CUfunction function, const StreamRef& stream,
+                            const LaunchConfig& config, void** params, const std::string& kernel);
+
 /// "axb x c" for an error message.
 std::string dims_text(Dim3 d);
 

@@ -198,13 +198,17 @@ class GraphLibraries {
 
   /// Holds every loaded library launched at capture epoch `since` or later, or exposed.
   void hold_since(std::uint64_t since);
-  /// Holds `other`'s libraries too.
-  void hold(const GraphLibraries& other);
+  /// Holds `other`'s libraries too: inline nothing when `other` holds none (a graph update from
+  /// a graph without library kernels pays one comparison, no call).
+  void hold(const GraphLibraries& other) {
+    if (!other.held_.empty()) hold_more(other);
+  }
   /// How many libraries are held.
   std::size_t size() const noexcept { return held_.size(); }
 
  private:
-  void add(LibraryOwner* owner);  // a reference already taken
+  void hold_more(const GraphLibraries& other);  // hold() for a non-empty `other`
+  void add(LibraryOwner* owner);                 // a reference already taken
   std::vector<LibraryOwner*> held_;
 };
 

@@ -162,7 +162,8 @@ void LibraryKernel::launch_checked(const StreamRef& stream, const LaunchConfig& 
                                 "library kernel \"" + name() + "\"", config.shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);
-  detail::launch_with_config(f, stream, config, params, state_->name);
+  // Shared memory refused above: the launch does not check it again.
+  detail::launch_with_attributes(f, stream, config, params, state_->name);
 }
 
 void LibraryKernel::launch_raw(const StreamRef& stream, Dim3 grid, Dim3 block,

@@ -104,7 +104,7 @@ void GraphLibraries::hold_since(std::uint64_t since) {
   }
 }
 
-void GraphLibraries::hold(const GraphLibraries& other) {
+void GraphLibraries::hold_more(const GraphLibraries& other) {
   for (LibraryOwner* owner : other.held_) {
     if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
     held_.reserve(held_.size() + 1);
