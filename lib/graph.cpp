@@ -18,6 +18,7 @@
 #include "custream/graph_update_error.hpp"
 #include "custream/nvtx_range.hpp"
 #include "driver.hpp"
+#include "graph/owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 #include "shared.hpp"
@@ -25,19 +26,13 @@
 namespace custream {
 namespace detail {
 
-struct GraphOwner : Counted {
-  // The executable first, then the graph when owned (invariants 1, 5).
-  ~GraphOwner() {
-    if (exec != nullptr)
-      release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
-    if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
-  }
-  CUgraphExec exec = nullptr;
-  CUgraph graph = nullptr;   // the graph this executable was instantiated from
-  bool owned = false;        // adopted or from end_capture: destroyed with the last reference
-  Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
-  GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
-};
+// The executable first, then the graph when owned (invariants 1, 5). The struct is in
+// graph/owner.hpp (node_updates.cpp reads it too).
+GraphOwner::~GraphOwner() {
+  if (exec != nullptr)
+    release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
+  if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
+}
 template struct Refs<GraphOwner>;
 
 }  // namespace detail
@@ -179,14 +174,28 @@ void on_stream(CUgraphExec exec, StreamRef s, CUresult first, CUgraph graph) {
 // (invariant 4).
 inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
   CUgraphExecUpdateResultInfo info{};
-  const CUresult r = detail::api().cuGraphExecUpdate(exec, newer, &info);
+  const CUresult r = detail::api().cuGraphExecUpdate(exec, newer, &info);  // raw: hot path
   if (r != CUDA_SUCCESS) throw_update_error(r, info, graph, exec, newer);
+}
+
+// update_exec() of a Graph with per-node update state (a keeper, cached kernel nodes): out of
+// line, so that update() of any other Graph pays one branch (graphs.md, U4).
+[[gnu::cold, gnu::noinline]] void update_exec_with_nodes(detail::GraphOwner& o, CUgraph newer) {
+  detail::before_whole_update(o.updates, newer);
+  struct After {
+    detail::NodeUpdates& u;
+    CUgraph newer;
+    bool updated = false;
+    ~After() { detail::after_whole_update(u, newer, updated); }
+  } after{o.updates, newer};
+  update_exec(o.graph, o.exec, newer);
+  after.updated = true;
 }
 
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
-                  std::uint64_t libraries_since) {
+                  std::uint64_t libraries_since, bool keeper) {
   if (graph == nullptr) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
   }
@@ -211,12 +220,15 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
     if (context == nullptr) context = detail::current_primary_context();
   }
   ContextScope scope(context);
+  g.owner_.get()->context = context;
+  if (keeper) detail::make_keeper(g.owner_.get()->updates, graph);  // before instantiating (U2)
   CUDA_GRAPH_INSTANTIATE_PARAMS params{};
   params.flags = static_cast<cuuint64_t>(flags);
   params.hUploadStream =
       (flags & InstantiateFlags::upload) != InstantiateFlags::none ? stream.handle() : nullptr;
   CUgraphExec exec = nullptr;
   const CUresult r = l.api.cuGraphInstantiateWithParams(&exec, graph, &params);
+  detail::drop_keeper_from_graph(g.owner_.get()->updates, graph);  // the executable's alone (U2)
   if (r != CUDA_SUCCESS || params.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
     if (r == CUDA_SUCCESS && exec != nullptr) {
       detail::release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
@@ -273,6 +285,11 @@ void Graph::launch(StreamRef stream) const {
   if (exec_ == nullptr) refuse_empty("cuGraphLaunch");
   const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());
   if (r != CUDA_SUCCESS) launch_failed(r, stream);
+  // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
+  detail::NodeUpdates& u = owner_.get()->updates;
+  if (u.retire_pending.load(std::memory_order_relaxed)) {
+    detail::release_retired_after(u, stream.handle());
+  }
 }
 
 void Graph::launch(StreamRef stream, std::string_view range) const {
@@ -300,7 +317,9 @@ void Graph::upload(StreamRef stream) const {
 
 void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
-  if (newer.owner_) owner_.get()->libraries.hold(newer.owner_.get()->libraries);  // invariant 5
+  detail::GraphOwner& o = *owner_.get();
+  if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);  // invariant 5, inline
+  if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
 }
 
@@ -313,6 +332,7 @@ void Graph::update_from_capture(StreamRef stream) {
   } captured{ended.graph};
   detail::own_run_once_nodes(captured.graph, true);           // invariant 6
   owner_.get()->libraries.hold_since(ended.libraries_since);  // libraries.md, invariant 5
+  if (owner_.get()->updates.active) return update_exec_with_nodes(*owner_.get(), captured.graph);
   update_exec(graph_, exec_, captured.graph);
 }
 
