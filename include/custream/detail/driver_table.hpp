@@ -130,7 +130,10 @@
   X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
     cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
-  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
+  /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
+  X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)
 
 namespace custream::detail {
 
