@@ -19,6 +19,7 @@
 #include "custream/nvtx_range.hpp"
 #include "driver.hpp"
 #include "graph/owner.hpp"
+#include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 #include "shared.hpp"
@@ -245,6 +246,18 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   return g;
 }
 
+Graph Graph::from_builder(const detail::Shared<detail::BuilderOwner>& builder,
+                          InstantiateFlags flags, StreamRef stream) {
+  detail::BuilderOwner& b = *builder.get();
+  // Instantiated in the builder's context (a special upload stream means the current one).
+  ContextScope scope(b.context);
+  Graph g = make(b.root(), false, flags, stream, ~std::uint64_t{0}, true);  // + keeper (U2)
+  g.owner_.get()->builder = builder;  // the graph and what its nodes own (invariant B1)
+  g.owner_.get()->libraries.hold(b.libraries);
+  if (b.context.owned()) g.keep_context(b.context);
+  return g;
+}
+
 void Graph::keep_context(const Context& context) {
   if (owner_) owner_.get()->keep = context;
 }
@@ -336,15 +349,14 @@ void Graph::update_from_capture(StreamRef stream) {
   update_exec(graph_, exec_, captured.graph);
 }
 
-std::string Graph::dot(bool verbose) const {
-  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
   detail::entry<&DriverApi::cuGraphDebugDotPrint>(detail::api());  // an older driver: say so
   const char* tmp = std::getenv("TMPDIR");
   std::string path =
       std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/custream-graph-XXXXXX";
   const int fd = mkstemp(path.data());
   if (fd < 0) {
-    throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Graph::dot", graph_text(graph_, exec_),
+    throw Error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
                 "cannot create a temporary file in " + path);
   }
   ::close(fd);
@@ -353,12 +365,17 @@ std::string Graph::dot(bool verbose) const {
     ~Unlink() { ::unlink(path.c_str()); }
   } unlink_at_exit{path};
   detail::call<&DriverApi::cuGraphDebugDotPrint>(
-      detail::graph_subject(graph_), static_cast<CUgraph>(graph_), path.c_str(),
+      detail::graph_subject(graph), graph, path.c_str(),
       static_cast<unsigned>(verbose ? CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE : 0));
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string Graph::dot(bool verbose) const {
+  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+  return detail::graph_dot(graph_, verbose, "custream::Graph::dot");
 }
 
 std::size_t Graph::node_count() const {

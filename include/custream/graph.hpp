@@ -27,6 +27,8 @@ class GraphBuilder;
 namespace detail {
 /// Shared ownership of a graph and its executable.
 struct GraphOwner;
+/// What a GraphBuilder's graph owns (lib/graph_builder/owner.hpp).
+struct BuilderOwner;
 /// The state of one kernel node's per-node updates (lib/graph/node_updates.hpp).
 struct KernelNodeInfo;
 }  // namespace detail
@@ -228,6 +230,7 @@ class Graph {
  private:
   friend class Stream;
   friend Graph end_capture(StreamRef stream, InstantiateFlags flags);
+  friend class GraphBuilder;
   /// Instantiates `graph` (owned or not); the libraries launched since capture epoch
   /// `libraries_since` are held as long as it lives (docs/design/libraries.md, invariant 5).
   /// With `keeper`, the executable gets a keeper (a Graph made by a GraphBuilder: per-node
@@ -237,6 +240,10 @@ class Graph {
   /// make() for the graph of a capture custream ended.
   static Graph from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
                             std::uint64_t libraries_since);
+  /// make() for the root graph of `builder` (not owned: `builder` destroys it), which the
+  /// Graph holds, with its libraries, as long as it lives (graphs.md, "Builders").
+  static Graph from_builder(const detail::Shared<detail::BuilderOwner>& builder,
+                            InstantiateFlags flags, StreamRef stream);
   /// Keeps `context` (the owned context of the stream it was captured on) alive as long as
   /// the executable.
   void keep_context(const Context& context);

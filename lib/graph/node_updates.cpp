@@ -130,26 +130,10 @@ void CUDA_CB run_node_task(void* p) noexcept {
 
 // --- Naming nodes and refusing ---
 
-const char* kind_text(GraphNodeKind kind) noexcept {
-  switch (kind) {
-    case GraphNodeKind::empty: return "empty";
-    case GraphNodeKind::kernel: return "kernel";
-    case GraphNodeKind::memset: return "memset";
-    case GraphNodeKind::memcpy: return "memcpy";
-    case GraphNodeKind::host: return "host";
-    case GraphNodeKind::event_record: return "event record";
-    case GraphNodeKind::event_wait: return "event wait";
-    case GraphNodeKind::child_graph: return "child graph";
-    case GraphNodeKind::mem_alloc: return "memory allocation";
-    case GraphNodeKind::mem_free: return "memory free";
-    case GraphNodeKind::conditional: return "conditional";
-  }
-  return "unknown";
-}
 
 // "kernel node 0x… of graph 0x… (exec 0x…)".
 std::string node_text(GraphNode node, CUgraph graph, CUgraphExec exec) {
-  return std::string(kind_text(node.kind())) + " node " + pointer_text(node.handle()) +
+  return std::string(to_string(node.kind())) + " node " + pointer_text(node.handle()) +
          " of graph " + pointer_text(graph) + " (exec " + pointer_text(exec) + ")";
 }
 
@@ -186,7 +170,7 @@ void check_node(const char* call, GraphNode node, CUgraph graph, CUgraphExec exe
     if (node.kind() == k) return;
   }
   std::string allowed;
-  for (GraphNodeKind k : kinds) allowed += (allowed.empty() ? "" : " or ") + std::string(kind_text(k));
+  for (GraphNodeKind k : kinds) allowed += (allowed.empty() ? "" : " or ") + std::string(to_string(k));
   refuse(call, node, graph, exec, "this update applies to a " + allowed + " node");
 }
 

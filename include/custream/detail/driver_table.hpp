@@ -130,7 +130,10 @@
   X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
     cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
-  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)          \
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
+  /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
+  X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
   /* per-node updates (Graph::update_kernel, set_host, set_enabled, …; lib/graph/) */  \
   X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000, false)      \
   X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020, false)      \
