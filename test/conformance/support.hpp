@@ -136,7 +136,23 @@ using namespace std::chrono_literals;
   X(cuGreenCtxGetId, cuGreenCtxGetId, 12090)                         \
   X(cuCtxRecordEvent, cuCtxRecordEvent, 12050)                       \
   X(cuCtxWaitEvent, cuCtxWaitEvent, 12050)                           \
-  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050)
+  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050)                         \
+  X(cuGraphAddNode, cuGraphAddNode, 12030)                                         \
+  X(cuGraphNodeSetParams, cuGraphNodeSetParams, 12020)                             \
+  X(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams, 12020)                     \
+  X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030)         \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030)               \
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000)           \
+  X(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 12030)                 \
+  X(cuGraphGetEdges, cuGraphGetEdges, 12030)                                       \
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 12030)                         \
+  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000)         \
+  X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020)         \
+  X(cuGraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, 10020)         \
+  X(cuGraphExecHostNodeSetParams, cuGraphExecHostNodeSetParams, 10020)             \
+  X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams, 11010) \
+  X(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060)                           \
+  X(cuGraphNodeGetEnabled, cuGraphNodeGetEnabled, 11060)
 
 // Context-independent loading and cuLaunchKernelEx (CUDA 12.0 to 12.5 added them), and the
 // occupancy, attribute and kernel-node calls custream makes with them: loaded when served; a
