@@ -22,8 +22,8 @@ GraphExec* as_exec(CUgraphExec e) {
 // What an instantiation collects besides the cores.
 struct Build {
   std::map<const Node*, std::vector<size_t>>* paths = nullptr;  // null: not wanted
-  std::set<CUgraphConditionalHandle> used;                       // by conditional nodes
-  std::set<const Graph*> graphs;                                 // g and every body
+  std::set<CUgraphConditionalHandle> used;                      // by conditional nodes
+  std::set<const Graph*> graphs;                                // g and every body
   RefSet* refs = nullptr;
 };
 
@@ -79,9 +79,9 @@ std::shared_ptr<ExecCore> make_core(const Graph& g, const std::vector<size_t>& p
 
 // The values of the handles of the graphs in b (carried over from `old` where `pair` maps a
 // handle to the one it replaces).
-std::shared_ptr<CondValues> make_conds(const Build& b, const CondValues* old = nullptr,
-                                       const std::map<CUgraphConditionalHandle,
-                                                      CUgraphConditionalHandle>* pair = nullptr) {
+std::shared_ptr<CondValues> make_conds(
+    const Build& b, const CondValues* old = nullptr,
+    const std::map<CUgraphConditionalHandle, CUgraphConditionalHandle>* pair = nullptr) {
   auto conds = std::make_shared<CondValues>();
   for (const auto& [id, h] : state().cond_handles) {
     if (!b.graphs.count(h.graph)) continue;

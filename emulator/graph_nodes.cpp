@@ -167,7 +167,8 @@ CUresult add_generic(CUgraphNode* ph, Graph* g, const std::vector<Node*>& deps,
     }
   }
   for (Graph* b : n->bodies) n->body_handles.push_back(reinterpret_cast<CUgraph>(b));
-  if (n->work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) p->conditional.phGraph_out = n->body_handles.data();
+  if (n->work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+    p->conditional.phGraph_out = n->body_handles.data();
   *ph = reinterpret_cast<CUgraphNode>(n);
   return CUDA_SUCCESS;
 }
@@ -378,11 +379,9 @@ CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned ele
 }
 
 CUresult memcpy_work(const CUDA_MEMCPY3D& c, Work* w) {
-  if (c.Height > 1 || c.Depth > 1 || c.srcY || c.srcZ || c.dstY || c.dstZ || c.srcLOD ||
-      c.dstLOD)
+  if (c.Height > 1 || c.Depth > 1 || c.srcY || c.srcZ || c.dstY || c.dstZ || c.srcLOD || c.dstLOD)
     return CUDA_ERROR_NOT_SUPPORTED;  // 1-D copies only
-  auto address = [](CUmemorytype t, const void* host, CUdeviceptr dev, size_t x,
-                    CUdeviceptr* out) {
+  auto address = [](CUmemorytype t, const void* host, CUdeviceptr dev, size_t x, CUdeviceptr* out) {
     switch (t) {
       case CU_MEMORYTYPE_HOST:
         if (!host) return CUDA_ERROR_INVALID_VALUE;

@@ -66,8 +66,8 @@ CUresult set_node(CUgraphExec h, CUgraphNode hn, const CUgraphNodeParams& p) {
   if (p.type == CU_GRAPH_NODE_TYPE_GRAPH) {
     if (!valid(state().graphs, p.graph.graph)) return CUDA_ERROR_INVALID_VALUE;
     std::shared_ptr<ExecCore> body;
-    if (CUresult r = exec_child_core(*old.bodies[0], *reinterpret_cast<Graph*>(p.graph.graph),
-                                     &body))
+    if (CUresult r =
+            exec_child_core(*old.bodies[0], *reinterpret_cast<Graph*>(p.graph.graph), &body))
       return r;
     writable(e, *path)->bodies[0] = std::move(body);
     return CUDA_SUCCESS;

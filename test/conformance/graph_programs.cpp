@@ -309,8 +309,7 @@ TEST_CASE("cuGraphAddDependencies refuses an existing edge", "[conformance]") {
   CHECK(n == 1);
 }
 
-TEST_CASE("a dependency cycle: refused when added, or at instantiation",
-          "[conformance][unsure]") {
+TEST_CASE("a dependency cycle: refused when added, or at instantiation", "[conformance][unsure]") {
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
   GraphHandle g;
@@ -415,9 +414,10 @@ TEST_CASE("conditional WHILE with a zero default never runs its body; SWITCH run
   CHECK(read_ints(out.p, 3, s.s) == std::vector<int>{0, 31, 0});
 }
 
-TEST_CASE("a conditional body takes kernel, empty, memset, memcpy, child graph and conditional "
-          "nodes",
-          "[conformance]") {
+TEST_CASE(
+    "a conditional body takes kernel, empty, memset, memcpy, child graph and conditional "
+    "nodes",
+    "[conformance]") {
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
   ProgramModule mod;
@@ -469,6 +469,79 @@ TEST_CASE("a conditional body refuses host, event and memory nodes", "[conforman
   alloc.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   alloc.alloc.bytesize = 256;
   CU_CHECK_EQ(try_add(&n, body, {}, &alloc), CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(node_count(body) == 0);
+}
+
+TEST_CASE("a conditional node refuses a handle of an unrelated graph", "[conformance][unsure]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  GraphHandle g, other;
+  auto h = make_handle(other.g, scope.ctx(), 0);
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.conditional.handle = h;
+  p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+  p.conditional.size = 1;
+  p.conditional.ctx = scope.ctx();
+  CUgraphNode n = nullptr;
+  CU_EQ(try_add(&n, g.g, {}, &p), CUDA_ERROR_INVALID_VALUE);
+  auto ok = add_conditional(other.g, {}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx());
+  CHECK(ok.size() == 1);
+}
+
+TEST_CASE("cuGraphNodeSetParams changes a node before instantiation", "[conformance]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer a(sizeof(int));
+  GraphHandle g;
+  CUgraphNode set = add(g.g, {}, memset_params(a.p, 1, 1, scope.ctx()));
+  CUgraphNodeParams p = memset_params(a.p, 42, 1, scope.ctx());
+  CU_OK(api().cuGraphNodeSetParams(set, &p));
+  CUgraphNodeParams wrong{};
+  wrong.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CHECK(api().cuGraphNodeSetParams(set, &wrong) != CUDA_SUCCESS);  // the kind cannot change
+  ExecHandle e(g.g);
+  launch_and_wait(e.e, s.s);
+  CHECK(read_ints(a.p, 1, s.s) == std::vector<int>{42});
+}
+
+TEST_CASE("a whole-graph update takes a conditional handle's new default value", "[conformance]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer a(sizeof(int));
+  GraphHandle first, second;
+  for (unsigned value : {0u, 1u}) {
+    CUgraph g = value ? second.g : first.g;
+    CUgraphNode init = add(g, {}, memset_params(a.p, 0, 1, scope.ctx()));
+    auto h = make_handle(g, scope.ctx(), value);
+    auto body = add_conditional(g, {init}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx())[0];
+    body_writes(body, a.p, 5, scope.ctx());
+  }
+  ExecHandle e(first.g);
+  launch_and_wait(e.e, s.s);
+  CHECK(read_ints(a.p, 1, s.s) == std::vector<int>{0});
+  CUgraphExecUpdateResultInfo info{};
+  CU_OK(api().cuGraphExecUpdate(e.e, second.g, &info));
+  CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  launch_and_wait(e.e, s.s);
+  CHECK(read_ints(a.p, 1, s.s) == std::vector<int>{5});
+}
+
+TEST_CASE("capturing a host function into a conditional body is refused", "[conformance][unsure]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  GraphHandle g;
+  auto h = make_handle(g.g, scope.ctx(), 0);
+  CUgraph body = add_conditional(g.g, {}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx())[0];
+  CU_OK(api().cuStreamBeginCaptureToGraph(s.s, body, nullptr, nullptr, 0,
+                                          CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  std::function<void()> nothing = [] {};
+  CU_CHECK_EQ(launch(s.s, &nothing), CUDA_ERROR_NOT_SUPPORTED);
+  CUgraph ended = nullptr;
+  CU_CHECK_EQ(api().cuStreamEndCapture(s.s, &ended), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   CHECK(node_count(body) == 0);
 }
 
@@ -614,9 +687,10 @@ TEST_CASE("a disabled node is skipped; only kernel, memset and memcpy nodes can 
   CHECK(read_ints(a.p, 2, s.s) == std::vector<int>{6, 4});
 }
 
-TEST_CASE("per-node updates of host, memcpy and child graph nodes; a child of another topology "
-          "is refused",
-          "[conformance]") {
+TEST_CASE(
+    "per-node updates of host, memcpy and child graph nodes; a child of another topology "
+    "is refused",
+    "[conformance]") {
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
   StreamHandle s(CU_STREAM_NON_BLOCKING);
@@ -722,8 +796,7 @@ void cpu_countdown(const custream_emu_kernel_launch* l) {
   g_set_conditional(h, *counter != 0 ? 1u : 0u);
 }
 
-TEST_CASE("emulator: a WHILE loop counts down through custream_emu_set_conditional",
-          "[emu-only]") {
+TEST_CASE("emulator: a WHILE loop counts down through custream_emu_set_conditional", "[emu-only]") {
   REQUIRE_EMULATOR();
   REQUIRE_GRAPH_PROGRAMS();
   g_set_conditional = emu_control<decltype(g_set_conditional)>("custream_emu_set_conditional");
@@ -788,8 +861,7 @@ TEST_CASE("emulator: the graph-program entry points take injected faults; DOT na
   CHECK(node_count(g.g) == 0);
   fail("cuGraphConditionalHandleCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
   CUgraphConditionalHandle h = 0;
-  CU_EQ(api().cuGraphConditionalHandleCreate(&h, g.g, scope.ctx(), 0, 0),
-        CUDA_ERROR_OUT_OF_MEMORY);
+  CU_EQ(api().cuGraphConditionalHandleCreate(&h, g.g, scope.ctx(), 0, 0), CUDA_ERROR_OUT_OF_MEMORY);
   h = make_handle(g.g, scope.ctx(), 0);
   add_conditional(g.g, {}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx());
   CUgraphExec e = instantiate(g.g);
