@@ -30,8 +30,7 @@ namespace detail {
 // The executable first, then the graph when owned (invariants 1, 5). The struct is in
 // graph/owner.hpp (node_updates.cpp reads it too).
 GraphOwner::~GraphOwner() {
-  if (exec != nullptr)
-    release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
+  if (exec != nullptr) release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
   if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
 }
 template struct Refs<GraphOwner>;
@@ -331,7 +330,7 @@ void Graph::upload(StreamRef stream) const {
 void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
   detail::GraphOwner& o = *owner_.get();
-  if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);  // invariant 5, inline
+  if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);     // invariant 5, inline
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
 }

@@ -173,8 +173,7 @@ class Graph {
   /// Gives memcpy node `node` a new host-to-device copy (the form of
   /// GraphBuilder::add_copy_to_device). `src` must stay valid while a launch can run it.
   /// @throws Error as update_kernel().
-  void update_copy_to_device(GraphNode node, CUdeviceptr dst, const void* src,
-                             std::size_t bytes);
+  void update_copy_to_device(GraphNode node, CUdeviceptr dst, const void* src, std::size_t bytes);
   /// Gives memcpy node `node` a new device-to-host copy (the form of
   /// GraphBuilder::add_copy_to_host). `dst` must stay valid while a launch can run it.
   /// @throws Error as update_kernel().
@@ -254,8 +253,8 @@ class Graph {
   /// The kernel node state of `node` when it is not the cached one (checks the node). @throws.
   [[gnu::cold]] detail::KernelNodeInfo& kernel_node(GraphNode node);
   /// update_memset() for `element_size`-byte elements.
-  void update_memset_raw(GraphNode node, CUdeviceptr dst, unsigned value,
-                         unsigned element_size, std::size_t count);
+  void update_memset_raw(GraphNode node, CUdeviceptr dst, unsigned value, unsigned element_size,
+                         std::size_t count);
   /// set_host() after the template; owns `task` (freed when refused).
   void set_host_task(GraphNode node, detail::HostTask* task);
 

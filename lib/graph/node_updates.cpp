@@ -10,10 +10,12 @@
 
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
+#include "custream/graph_builder.hpp"
 #include "custream/host_function_error.hpp"
 #include "driver.hpp"
 #include "error.hpp"
 #include "graph/owner.hpp"
+#include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "launch.hpp"
 
@@ -58,8 +60,7 @@ void make_keeper(NodeUpdates& u, CUgraph graph) {
 void drop_keeper_from_graph(NodeUpdates& u, CUgraph graph) noexcept {
   if (u.keeper == nullptr) return;
   // The executable, if instantiated, holds its own reference (U2); without one this frees Kept.
-  release_call<&DriverApi::cuGraphReleaseUserObject>("user object", u.keeper, graph, u.keeper,
-                                                     1u);
+  release_call<&DriverApi::cuGraphReleaseUserObject>("user object", u.keeper, graph, u.keeper, 1u);
 }
 
 void before_whole_update(NodeUpdates& u, CUgraph newer) {
@@ -119,6 +120,13 @@ struct HostPayload final : Payload {
   HostTask* task;
 };
 
+// A child builder's graph set_child gave a node, and what its nodes own (the child's root graph
+// holds its host payloads' user objects; the owner holds the root).
+struct ChildPayload final : Payload {
+  explicit ChildPayload(Shared<BuilderOwner> o) noexcept : owner(std::move(o)) {}
+  Shared<BuilderOwner> owner;
+};
+
 void CUDA_CB run_node_task(void* p) noexcept {
   auto* task = static_cast<HostTask*>(p);
   try {
@@ -130,23 +138,21 @@ void CUDA_CB run_node_task(void* p) noexcept {
 
 // --- Naming nodes and refusing ---
 
-
 // "kernel node 0x… of graph 0x… (exec 0x…)".
 std::string node_text(GraphNode node, CUgraph graph, CUgraphExec exec) {
   return std::string(to_string(node.kind())) + " node " + pointer_text(node.handle()) +
          " of graph " + pointer_text(graph) + " (exec " + pointer_text(exec) + ")";
 }
 
-Subject exec_subject(CUgraphExec exec) noexcept {
-  return {Subject::What::executable, exec, -1};
-}
+Subject exec_subject(CUgraphExec exec) noexcept { return {Subject::What::executable, exec, -1}; }
 
 [[noreturn, gnu::cold]] void refuse(const char* call, GraphNode node, CUgraph graph,
                                     CUgraphExec exec, const std::string& why,
                                     CUresult r = CUDA_ERROR_INVALID_VALUE) {
   throw Error(r, call, node_text(node, graph, exec),
-              why + " (custream refused the update without calling the driver; the executable "
-                    "is unchanged)");
+              why +
+                  " (custream refused the update without calling the driver; the executable "
+                  "is unchanged)");
 }
 
 [[noreturn, gnu::cold]] void refuse_empty_graph(const char* call) {
@@ -170,7 +176,8 @@ void check_node(const char* call, GraphNode node, CUgraph graph, CUgraphExec exe
     if (node.kind() == k) return;
   }
   std::string allowed;
-  for (GraphNodeKind k : kinds) allowed += (allowed.empty() ? "" : " or ") + std::string(to_string(k));
+  for (GraphNodeKind k : kinds)
+    allowed += (allowed.empty() ? "" : " or ") + std::string(to_string(k));
   refuse(call, node, graph, exec, "this update applies to a " + allowed + " node");
 }
 
@@ -304,8 +311,8 @@ void Graph::update_memset_raw(GraphNode node, CUdeviceptr dst, unsigned value,
       r != CUDA_SUCCESS) {
     detail::update_failed<&DriverApi::cuGraphExecMemsetNodeSetParams>(
         r, node, graph_, exec_,
-        std::to_string(count) + " element(s) of " + std::to_string(element_size) +
-            " byte(s) at " + detail::pointer_text(reinterpret_cast<const void*>(dst)));
+        std::to_string(count) + " element(s) of " + std::to_string(element_size) + " byte(s) at " +
+            detail::pointer_text(reinterpret_cast<const void*>(dst)));
   }
 }
 
@@ -418,6 +425,26 @@ void Graph::set_host_task(GraphNode node, detail::HostTask* task) {
   replace_payload(u, node.handle(), std::move(next));
 }
 
+void Graph::set_child(GraphNode node, const GraphBuilder& child) {
+  const char* call = "custream::Graph::set_child";
+  detail::check_node(call, node, graph_, exec_, {GraphNodeKind::child_graph});
+  if (!child) detail::refuse(call, node, graph_, exec_, "the child GraphBuilder holds no graph");
+  if (child.is_body()) {
+    detail::refuse(call, node, graph_, exec_, "the child is a conditional body's builder");
+  }
+  detail::NodeUpdates& u = owner_.get()->updates;
+  if (u.kept == nullptr) refuse_no_keeper(call, node, graph_, exec_);
+  auto next = std::make_unique<detail::ChildPayload>(child.owner_);
+  make_room(u);
+  if (CUresult r = detail::try_call<&DriverApi::cuGraphExecChildGraphNodeSetParams>(
+          static_cast<CUgraphExec>(exec_), node.handle(), child.handle());
+      r != CUDA_SUCCESS) {
+    detail::update_failed<&DriverApi::cuGraphExecChildGraphNodeSetParams>(
+        r, node, graph_, exec_, "the graph " + detail::pointer_text(child.handle()));
+  }
+  replace_payload(u, node.handle(), std::move(next));
+}
+
 // --- Enabling ---
 
 namespace {
@@ -431,7 +458,7 @@ void Graph::set_enabled(GraphNode node, bool enabled) {
           static_cast<CUgraphExec>(exec_), node.handle(), enabled ? 1u : 0u);
       r != CUDA_SUCCESS) {
     detail::update_failed<&DriverApi::cuGraphNodeSetEnabled>(r, node, graph_, exec_,
-                                                            enabled ? "enabling" : "disabling");
+                                                             enabled ? "enabling" : "disabling");
   }
 }
 
@@ -442,7 +469,7 @@ bool Graph::enabled(GraphNode node) const {
           static_cast<CUgraphExec>(exec_), node.handle(), &on);
       r != CUDA_SUCCESS) {
     detail::update_failed<&DriverApi::cuGraphNodeGetEnabled>(r, node, graph_, exec_,
-                                                            "whether it is enabled");
+                                                             "whether it is enabled");
   }
   return on != 0;
 }
@@ -452,18 +479,41 @@ bool Graph::enabled(GraphNode node) const {
 namespace {
 bool kind_of(CUgraphNodeType type, GraphNodeKind& kind) noexcept {
   switch (type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: kind = GraphNodeKind::kernel; return true;
-    case CU_GRAPH_NODE_TYPE_MEMCPY: kind = GraphNodeKind::memcpy; return true;
-    case CU_GRAPH_NODE_TYPE_MEMSET: kind = GraphNodeKind::memset; return true;
-    case CU_GRAPH_NODE_TYPE_HOST: kind = GraphNodeKind::host; return true;
-    case CU_GRAPH_NODE_TYPE_GRAPH: kind = GraphNodeKind::child_graph; return true;
-    case CU_GRAPH_NODE_TYPE_EMPTY: kind = GraphNodeKind::empty; return true;
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: kind = GraphNodeKind::event_wait; return true;
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: kind = GraphNodeKind::event_record; return true;
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: kind = GraphNodeKind::mem_alloc; return true;
-    case CU_GRAPH_NODE_TYPE_MEM_FREE: kind = GraphNodeKind::mem_free; return true;
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL: kind = GraphNodeKind::conditional; return true;
-    default: return false;
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      kind = GraphNodeKind::kernel;
+      return true;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      kind = GraphNodeKind::memcpy;
+      return true;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      kind = GraphNodeKind::memset;
+      return true;
+    case CU_GRAPH_NODE_TYPE_HOST:
+      kind = GraphNodeKind::host;
+      return true;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      kind = GraphNodeKind::child_graph;
+      return true;
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      kind = GraphNodeKind::empty;
+      return true;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      kind = GraphNodeKind::event_wait;
+      return true;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      kind = GraphNodeKind::event_record;
+      return true;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      kind = GraphNodeKind::mem_alloc;
+      return true;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      kind = GraphNodeKind::mem_free;
+      return true;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      kind = GraphNodeKind::conditional;
+      return true;
+    default:
+      return false;
   }
 }
 }  // namespace
@@ -476,8 +526,8 @@ std::vector<GraphNode> Graph::nodes() const {
                                             static_cast<CUgraphNode*>(nullptr), &count);
   std::vector<CUgraphNode> handles(count);
   if (count > 0) {
-    detail::call<&DriverApi::cuGraphGetNodes>(subject, static_cast<CUgraph>(graph_),
-                                              handles.data(), &count);
+    detail::call<&DriverApi::cuGraphGetNodes>(subject, static_cast<CUgraph>(graph_), handles.data(),
+                                              &count);
     handles.resize(count);
   }
   std::vector<GraphNode> out;

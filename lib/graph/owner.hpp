@@ -22,8 +22,8 @@ struct GraphOwner : Counted {
   Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
   GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
   Shared<BuilderOwner> builder;  // the builder it was instantiated from (graphs.md, Builders)
-  CUcontext context = nullptr;  // the context it was instantiated in (memset/memcpy updates)
-  NodeUpdates updates;          // per-node updates (graphs.md, "Per-node updates")
+  CUcontext context = nullptr;   // the context it was instantiated in (memset/memcpy updates)
+  NodeUpdates updates;           // per-node updates (graphs.md, "Per-node updates")
 };
 
 }  // namespace custream::detail
