@@ -295,7 +295,7 @@ void Graph::launch() const { launch(current_stream()); }
 
 void Graph::launch(StreamRef stream) const {
   if (exec_ == nullptr) refuse_empty("cuGraphLaunch");
-  const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());
+  const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());  // raw: hot path
   if (r != CUDA_SUCCESS) launch_failed(r, stream);
   // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
   detail::NodeUpdates& u = owner_.get()->updates;

@@ -342,17 +342,12 @@ inline void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamR
 
 }  // namespace
 
-void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
-                        void** params, const std::string& kernel) {
-  if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
-    refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
-                        config.shared_bytes);
-  }
-  launch_with_attributes(function, stream, config, params, kernel);
-}
-
-void launch_with_attributes(CUfunction function, const StreamRef& stream,
-                            const LaunchConfig& config, void** params, const std::string& kernel) {
+namespace {
+// The attributes, their checks and the one cuLaunchKernelEx: inlined into both entries below,
+// so neither makes a further call on the way to the driver.
+[[gnu::always_inline]] inline void launch_attributed(CUfunction function, const StreamRef& stream,
+                                                     const LaunchConfig& config, void** params,
+                                                     const std::string& kernel) {
   const Loaded& l = loaded();
   const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(l.api);  // an older driver: say so
   CUlaunchAttribute attributes[6];
@@ -408,6 +403,21 @@ void launch_with_attributes(CUfunction function, const StreamRef& stream,
   c.numAttrs = count;
   const CUresult r = launch_ex(&c, function, params, nullptr);
   if (r != CUDA_SUCCESS) launch_failed(r, stream, function, config, kernel);
+}
+}  // namespace
+
+void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
+                        void** params, const std::string& kernel) {
+  if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
+    refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
+                        config.shared_bytes);
+  }
+  launch_attributed(function, stream, config, params, kernel);
+}
+
+void launch_with_attributes(CUfunction function, const StreamRef& stream,
+                            const LaunchConfig& config, void** params, const std::string& kernel) {
+  launch_attributed(function, stream, config, params, kernel);
 }
 
 }  // namespace custream::detail

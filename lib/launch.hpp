@@ -27,9 +27,12 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
 /// launch_with_config() for a caller that has refused `config.shared_bytes` above
 /// kMaxSharedBytes itself (before any driver call of its own): the attribute checks and the one
 /// cuLaunchKernelEx, without checking the shared memory twice.
+/// Hidden: called from within libcustream only, so the call is direct (no PLT hop).
 /// @throws as launch_with_config().
-void launch_with_attributes(CUfunction function, const StreamRef& stream,
-                            const LaunchConfig& config, void** params, const std::string& kernel);
+[[gnu::visibility("hidden")]] void launch_with_attributes(CUfunction function,
+                                                          const StreamRef& stream,
+                                                          const LaunchConfig& config, void** params,
+                                                          const std::string& kernel);
 
 /// "axb x c" for an error message.
 std::string dims_text(Dim3 d);

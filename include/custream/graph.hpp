@@ -110,7 +110,9 @@ class Graph {
   /// before this update (also raw cuGraphLaunch calls on exec()) have finished. The graph this
   /// Graph was instantiated from, and its payloads, stay as long as this Graph. A per-step
   /// update loop therefore holds one step's payloads, not its history (prefer
-  /// update_from_capture(), which does not instantiate). Not thread-safe for one Graph:
+  /// update_from_capture(), which does not instantiate). On a Graph given payloads by per-node
+  /// updates (set_host, set_child), those are released as replaced ones are (graphs.md, U4):
+  /// every node now runs `newer`'s parameters. Not thread-safe for one Graph:
   /// serialize update(), launch() and upload() of the same Graph (different Graphs may be
   /// updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
@@ -164,7 +166,8 @@ class Graph {
   void update_memset(GraphNode node, CUdeviceptr dst, T value, std::size_t count) {
     static_assert(std::is_integral_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4),
                   "a memset writes 1-, 2- or 4-byte integers");
-    update_memset_raw(node, dst, static_cast<unsigned>(value), sizeof(T), count);
+    update_memset_raw(node, dst, static_cast<unsigned>(static_cast<std::make_unsigned_t<T>>(value)),
+                      sizeof(T), count);
   }
   /// Gives memcpy node `node` a new device-to-device copy (cuGraphExecMemcpyNodeSetParams).
   /// The driver requires memory of the same contexts as the node's, 1-D, non-empty.

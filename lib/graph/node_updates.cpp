@@ -244,11 +244,11 @@ detail::KernelNodeInfo& Graph::kernel_node(GraphNode node) {
   std::function<CUresult(std::size_t, std::size_t*, std::size_t*)> ask;
   if (info->func != nullptr && api.cuFuncGetParamInfo != nullptr) {
     ask = [&api, f = info->func](std::size_t i, std::size_t* offset, std::size_t* size) {
-      return api.cuFuncGetParamInfo(f, i, offset, size);
+      return api.cuFuncGetParamInfo(f, i, offset, size);  // raw: param_sizes_known reads it
     };
   } else if (info->kern != nullptr && api.cuKernelGetParamInfo != nullptr) {
     ask = [&api, k = info->kern](std::size_t i, std::size_t* offset, std::size_t* size) {
-      return api.cuKernelGetParamInfo(k, i, offset, size);
+      return api.cuKernelGetParamInfo(k, i, offset, size);  // raw: param_sizes_known reads it
     };
   }
   (void)detail::param_sizes_known(info->params, ask, [&](CUresult r, std::size_t i) {
