@@ -133,7 +133,8 @@
   X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
   /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
   X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
-  X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
+  X(cuGraphKernelNodeSetAttribute, cuGraphKernelNodeSetAttribute, 11000, false)
 
 namespace custream::detail {
 
