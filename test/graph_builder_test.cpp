@@ -389,7 +389,14 @@ TEST_CASE("graph builder: kernel nodes of modules and libraries", "[graph-builde
   CHECK(first.kind() == GraphNodeKind::kernel);
   LaunchConfig prioritized{{1}, {n}};
   prioritized.priority = 0;
-  g.add_kernel(first, k, prioritized, data.get(), n / 2, 10u);
+  if (custream::detail::api().cuGraphKernelNodeSetAttribute != nullptr) {
+    g.add_kernel(first, k, prioritized, data.get(), n / 2, 10u);
+  } else {  // refused before the node is added, naming the entry it lacks
+    expect_error([&] { g.add_kernel(first, k, prioritized, data.get(), n / 2, 10u); },
+                 CUDA_ERROR_NOT_SUPPORTED, "cuGraphKernelNodeSetAttribute");
+    CHECK(g.node_count() == 1);
+    g.add_kernel(first, k, LaunchConfig{{1}, {n}}, data.get(), n / 2, 10u);
+  }
   Graph exec = g.instantiate();
   exec.launch(s);
   exec.launch(s);

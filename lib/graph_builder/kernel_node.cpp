@@ -44,6 +44,9 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
                        "calling the driver; the builder is unchanged");
   }
   *count = detail::launch_attributes(site, function, config, name, attributes);
+  if (*count > 0) {  // a driver without it: refused before the node is added
+    (void)detail::entry<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::api());
+  }
   CUgraphNodeParams p{};
   p.type = CU_GRAPH_NODE_TYPE_KERNEL;
   p.kernel.func = function;
