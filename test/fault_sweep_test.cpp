@@ -828,7 +828,9 @@ std::vector<Operation> operations() {
   add("graphs: a GraphBuilder with every node kind and an edge, instantiated and launched", [] {
     Stream s(custream::StreamFlags::non_blocking);
     custream::DeviceBuffer b(64);
-    std::vector<std::uint32_t> host(16, 0);
+    // A launch an injected failure leaves running copies into it after the operation unwinds.
+    static std::uint32_t host[16];
+    host[0] = 0;
     custream::Event e;
     const custream::Module m = custream::Module::from_ptx(
         ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  ret;\n}\n");
@@ -836,7 +838,7 @@ std::vector<Operation> operations() {
     custream::GraphBuilder g = custream::GraphBuilder::create();
     const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{3}, 16);
     const custream::GraphNode run = g.add_kernel(fill, k, custream::LaunchConfig{{1}, {1}});
-    const custream::GraphNode copy = g.add_copy_to_host(run, host.data(), b.get(), 64);
+    const custream::GraphNode copy = g.add_copy_to_host(run, host, b.get(), 64);
     const custream::GraphNode call = g.add_host(copy, [c = Counted{}] {});
     const custream::GraphNode record = g.add_event_record(call, e);
     const custream::GraphNode wait = g.add_event_wait(record, e);
