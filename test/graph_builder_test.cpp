@@ -397,6 +397,11 @@ TEST_CASE("graph builder: kernel nodes of modules and libraries", "[graph-builde
     CHECK(g.node_count() == 1);
     g.add_kernel(first, k, LaunchConfig{{1}, {n}}, data.get(), n / 2, 10u);
   }
+  LaunchConfig programmatic{{1}, {n}};
+  programmatic.programmatic_serialization = true;  // a graph says this with an edge
+  expect_error([&] { g.add_kernel(first, k, programmatic, data.get(), n, 1u); },
+               CUDA_ERROR_NOT_SUPPORTED, "programmatic dependent launch is not a kernel node");
+  CHECK(g.node_count() == 2);
   Graph exec = g.instantiate();
   exec.launch(s);
   exec.launch(s);

@@ -24,11 +24,10 @@ namespace {
 
 constexpr const char* kCall = "custream::GraphBuilder::add_kernel";
 
-// The kernel node of `function` with `config`, refusing what a graph expresses otherwise.
-CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction function,
-                                const LaunchConfig& config, void** params,
-                                const std::string& name, CUlaunchAttribute (&attributes)[6],
-                                unsigned* count) {
+// Refuses `config` for a kernel node: more shared memory than 32 bits say, or programmatic
+// dependent launch (a graph expresses it as an edge).
+[[noreturn, gnu::cold]] void refuse_config(const detail::LaunchSite& site, CUfunction function,
+                                           const LaunchConfig& config, const std::string& name) {
   const std::string what = name.empty() ? "kernel " + detail::pointer_text(function)
                                         : "kernel \"" + name + "\"";
   if (config.shared_bytes > detail::kMaxSharedBytes) {
@@ -37,11 +36,20 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
                     " bytes of dynamic shared memory exceed the driver's 32 bits (custream "
                     "refused it without calling the driver; the builder is unchanged)");
   }
-  if (config.programmatic_serialization || config.programmatic_event) {
-    site.refuse(CUDA_ERROR_NOT_SUPPORTED,
-                what + ": programmatic dependent launch is not a kernel node attribute (a graph "
-                       "expresses it as a programmatic edge); custream refused it without "
-                       "calling the driver; the builder is unchanged");
+  site.refuse(CUDA_ERROR_NOT_SUPPORTED,
+              what + ": programmatic dependent launch is not a kernel node attribute (a graph "
+                     "expresses it as a programmatic edge); custream refused it without calling "
+                     "the driver; the builder is unchanged");
+}
+
+// The kernel node of `function` with `config`, refusing what a graph expresses otherwise.
+CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction function,
+                                const LaunchConfig& config, void** params,
+                                const std::string& name, CUlaunchAttribute (&attributes)[6],
+                                unsigned* count) {
+  if (config.shared_bytes > detail::kMaxSharedBytes ||
+      config.programmatic_serialization || config.programmatic_event) {
+    refuse_config(site, function, config, name);  // cold: no text is built otherwise
   }
   *count = detail::launch_attributes(site, function, config, name, attributes);
   if (*count > 0) {  // a driver without it: refused before the node is added
