@@ -134,6 +134,7 @@
   /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
   X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
   X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
+  X(cuGraphKernelNodeSetAttribute, cuGraphKernelNodeSetAttribute, 11000, false)                 \
   /* per-node updates (Graph::update_kernel, set_host, set_enabled, …; lib/graph/) */  \
   X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000, false)      \
   X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020, false)      \
