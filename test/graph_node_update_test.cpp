@@ -125,6 +125,19 @@ class Gate {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
+// Declared first in a test case, destroyed last: on the emulator, waits until the work and the
+// user-object destructors the case left (keepers, builders' payloads) are done, so the next
+// case counts the emulator's live objects from a settled state.
+struct Settled {
+  ~Settled() {
+    if (!custream_test::emulated()) return;
+    auto idle = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_idle");
+    auto destructors = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_destructors");
+    if (idle != nullptr) idle(10000);
+    if (destructors != nullptr) destructors(10000);
+  }
+};
+
 std::vector<std::uint32_t> words(const Stream& s, const DeviceBuffer& b) {
   return custream_test::read(s, b);
 }
@@ -144,6 +157,7 @@ constexpr std::size_t kBytes = custream_test::kN * sizeof(std::uint32_t);
 TEST_CASE("update_memset: later launches write the new value where told, an enqueued one not",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   DeviceBuffer a(kBytes), b(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
@@ -169,6 +183,7 @@ TEST_CASE("update_memset: later launches write the new value where told, an enqu
 TEST_CASE("update_memcpy and the host copies: later launches copy what they are told",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   DeviceBuffer src1(kBytes), src2(kBytes), dst1(kBytes), dst2(kBytes);
   s.memset32(src1.get(), 11, custream_test::kN);
@@ -205,6 +220,7 @@ TEST_CASE("update_memcpy and the host copies: later launches copy what they are 
 TEST_CASE("update_kernel: later launches take the new arguments, an enqueued one its own",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   AddOneOnEmulator add_one_impl;
   Stream s(custream::StreamFlags::non_blocking);
   custream::Module m = custream::Module::from_ptx(kAddOnePtx);
@@ -257,9 +273,39 @@ TEST_CASE("update_kernel: later launches take the new arguments, an enqueued one
   }
 }
 
+TEST_CASE("update_kernel on a builder's kernel node, then a whole-graph update forgets it",
+          "[gpu][graph][graph-node-update]") {
+  REQUIRE_DRIVER();
+  const Settled settled;
+  AddOneOnEmulator add_one_impl;
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
+  custream::Kernel add_one = m.kernel("add_one");
+  DeviceBuffer a(kBytes), b(kBytes);
+  s.memset32(a.get(), 0, custream_test::kN);
+  s.memset32(b.get(), 0, custream_test::kN);
+  GraphBuilder builder = GraphBuilder::create();
+  const GraphNode k = builder.add_kernel({}, add_one, LaunchConfig{{1}, {64}}, a.get(), 1u);
+  Graph g = builder.instantiate();
+  g.update_kernel(k, LaunchConfig{{1}, {64}}, b.get(), 2u);
+  g.launch(s);
+  CHECK(words(s, a)[0] == 0u);
+  CHECK(words(s, b)[1] == 1u);
+  // A whole-graph update from the builder's graph again: a's parameters, then b's per node.
+  g.update(builder.instantiate());
+  g.launch(s);
+  CHECK(words(s, a)[0] == 1u);
+  g.update_kernel(k, LaunchConfig{{1}, {64}}, b.get(), 1u);
+  g.launch(s);
+  const auto vb = words(s, b);
+  CHECK(vb[0] == 2u);
+  CHECK(vb[1] == 1u);
+}
+
 TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled() says so",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   DeviceBuffer a(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
@@ -295,6 +341,7 @@ TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled(
 TEST_CASE("set_host: the replaced callable is destroyed once, after the launches before it",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   auto p1 = std::make_shared<Probe>(), p2 = std::make_shared<Probe>(),
        p3 = std::make_shared<Probe>();
@@ -360,6 +407,7 @@ TEST_CASE("set_host: the replaced callable is destroyed once, after the launches
 TEST_CASE("refused per-node updates name the node and the rule and change nothing",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   DeviceBuffer a(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
@@ -395,8 +443,8 @@ TEST_CASE("refused per-node updates name the node and the rule and change nothin
   } catch (const custream::Error& e) {
     CHECK(e.call() == "cuGraphExecMemsetNodeSetParams");
     CHECK(e.result() == CUDA_ERROR_INVALID_VALUE);
-    CHECK(std::string(e.what()).find("memset node " + custream::detail::pointer_text(
-                                         set.handle())) != std::string::npos);
+    CHECK(std::string(e.what()).find(
+              "memset node " + custream::detail::pointer_text(set.handle())) != std::string::npos);
     CHECK(std::string(e.what()).find("the executable is unchanged") != std::string::npos);
   }
   // A captured Graph has no keeper: set_host is refused, the callable freed.
@@ -420,6 +468,7 @@ TEST_CASE("refused per-node updates name the node and the rule and change nothin
 TEST_CASE("set_child: later launches run the new child, whose payloads the Graph holds",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   auto first = std::make_shared<Probe>(), second = std::make_shared<Probe>();
   GraphBuilder child1 = GraphBuilder::create();
