@@ -404,6 +404,43 @@ TEST_CASE("set_host: the replaced callable is destroyed once, after the launches
   CHECK(p3->destroyed.load() == 1);
 }
 
+TEST_CASE("a whole-graph update retires set_host's callables; the keeper stays for later ones",
+          "[gpu][graph][graph-node-update]") {
+  REQUIRE_DRIVER();
+  const Settled settled;
+  Stream s(custream::StreamFlags::non_blocking);
+  auto p1 = std::make_shared<Probe>(), p2 = std::make_shared<Probe>(),
+       p3 = std::make_shared<Probe>();
+  GraphBuilder builder = GraphBuilder::create();
+  const GraphNode host = builder.add_host({}, Payload(p1));
+  auto g = std::make_unique<Graph>(builder.instantiate());
+  g->set_host(host, Payload(p2));
+  {
+    Gate gate(s);
+    g->launch(s);                      // pending: runs p2
+    g->update(builder.instantiate());  // every node back to the builder's: p2 retired
+    std::this_thread::sleep_for(50ms);
+    CHECK(p2->destroyed.load() == 0);
+  }
+  s.synchronize();
+  CHECK(p2->runs.load() == 1);
+  g->launch(s);  // runs p1 again; p2's release follows
+  CHECK(eventually([&] { return p2->destroyed.load() == 1; }));
+  CHECK(p1->runs.load() == 1);
+  // The keeper followed the executable to the newer graph: a later set_host is owned exactly.
+  g->set_host(host, Payload(p3));
+  {
+    Gate gate(s);
+    g->launch(s);  // pending: runs p3
+    g.reset();
+    std::this_thread::sleep_for(50ms);
+    CHECK(p3->destroyed.load() == 0);
+  }
+  CHECK(eventually([&] { return p3->destroyed.load() == 1; }));
+  CHECK(p3->runs.load() == 1);
+  CHECK(p2->destroyed.load() == 1);
+}
+
 TEST_CASE("refused per-node updates name the node and the rule and change nothing",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
