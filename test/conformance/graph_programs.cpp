@@ -249,6 +249,10 @@ TEST_CASE("cuGraphAddNode: memset, memcpy, kernel, host and empty nodes run in d
   CHECK(deps[1] == nullptr);
   CU_OK(api().cuGraphGetEdges(g.g, nullptr, nullptr, nullptr, &n));
   CHECK(n == 6);
+  n = 3;
+  CU_OK(api().cuGraphNodeGetDependentNodes(kernel, deps, nullptr, &n));
+  REQUIRE(n == 2);
+  CHECK(std::set<CUgraphNode>{deps[0], deps[1]} == std::set<CUgraphNode>{h1, join});
   ExecHandle e(g.g);
   launch_and_wait(e.e, s.s);
   CHECK(read_ints(b.p, 4, s.s) == std::vector<int>{12, 7, 7, 7});
@@ -256,6 +260,58 @@ TEST_CASE("cuGraphAddNode: memset, memcpy, kernel, host and empty nodes run in d
   launch_and_wait(e.e, s.s);  // the memcpy resets b[0]: the same result
   CHECK(read_ints(b.p, 4, s.s) == std::vector<int>{12, 7, 7, 7});
   CHECK(log.get() == std::vector<int>{1, 2, 1, 2});
+}
+
+TEST_CASE("cuGraphAddNode: event record and wait nodes", "[conformance]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING), other(CU_STREAM_NON_BLOCKING);
+  EventHandle done, before;
+  DeviceBuffer a(sizeof(int));
+  GraphHandle g;
+  CUgraphNodeParams wait{};
+  wait.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  wait.eventWait.event = before.e;
+  CUgraphNode w = add(g.g, {}, wait);
+  CUgraphNode set = add(g.g, {w}, memset_params(a.p, 6, 1, scope.ctx()));
+  CUgraphNodeParams record{};
+  record.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+  record.eventRecord.event = done.e;
+  CUgraphNode r = add(g.g, {set}, record);
+  CUgraphNodeType type{};
+  CU_OK(api().cuGraphNodeGetType(r, &type));
+  CHECK(type == CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  ExecHandle e(g.g);
+  Gate gate;
+  CU_OK(launch(other.s, &gate.fn));  // `before` completes when the gate opens
+  CU_OK(api().cuEventRecord(before.e, other.s));
+  CU_OK(api().cuGraphLaunch(e.e, s.s));
+  std::this_thread::sleep_for(20ms);
+  CU_EQ(api().cuEventQuery(done.e), CUDA_ERROR_NOT_READY);
+  gate.open = true;
+  CU_OK(api().cuEventSynchronize(done.e));
+  CHECK(read_ints(a.p, 1, s.s) == std::vector<int>{6});
+}
+
+TEST_CASE("cuGraphAddNode: memcpy nodes to and from pageable host memory",
+          "[conformance][unsure]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer a(4 * sizeof(int));
+  std::vector<int> in{1, 2, 3, 4}, out(4, 0);
+  GraphHandle g;
+  CUgraphNodeParams up = memcpy_params(a.p, 0, 4 * sizeof(int), scope.ctx());
+  up.memcpy.copyParams.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.memcpy.copyParams.srcHost = in.data();
+  CUgraphNode first = add(g.g, {}, up);
+  CUgraphNodeParams down = memcpy_params(0, a.p, 4 * sizeof(int), scope.ctx());
+  down.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.memcpy.copyParams.dstHost = out.data();
+  add(g.g, {first}, down);
+  ExecHandle e(g.g);
+  launch_and_wait(e.e, s.s);
+  CHECK(out == in);
 }
 
 TEST_CASE("cuGraphAddNode refuses non-default edge data", "[conformance]") {
