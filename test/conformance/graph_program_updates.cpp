@@ -288,6 +288,26 @@ TEST_CASE("emulator: a WHILE loop counts down through custream_emu_set_condition
   ProgramModule::registrar()("gp_countdown", nullptr, nullptr, nullptr, 0);
 }
 
+TEST_CASE("emulator: destroying the graph a stream captures into invalidates the capture",
+          "[emu-only]") {
+  REQUIRE_EMULATOR();
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  DeviceBuffer a(sizeof(int));
+  CUgraph g = nullptr;
+  CU_OK(api().cuGraphCreate(&g, 0));
+  CU_OK(api().cuStreamBeginCaptureToGraph(s.s, g, nullptr, nullptr, 0,
+                                          CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(api().cuMemsetD32Async(a.p, 1, 1, s.s));
+  CU_OK(api().cuGraphDestroy(g));
+  CU_EQ(api().cuMemsetD32Async(a.p, 2, 1, s.s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CUgraph ended = reinterpret_cast<CUgraph>(1);
+  CU_EQ(api().cuStreamEndCapture(s.s, &ended), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(ended == nullptr);
+  CHECK(capture_status(s.s) == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
 TEST_CASE("emulator: the built-in custream_set_condition twin sets a handle", "[emu-only]") {
   REQUIRE_EMULATOR();
   REQUIRE_GRAPH_PROGRAMS();
