@@ -100,11 +100,11 @@ void register_builder_add() {
 }
 
 // Skips unless the driver adds nodes through cuGraphAddNode (CUDA 12.3).
-#define REQUIRE_ADD_NODE()                                                         \
-  do {                                                                             \
-    REQUIRE_DRIVER();                                                              \
-    if (custream::detail::api().cuGraphAddNode == nullptr)                         \
-      CUSTREAM_SKIP("the driver has no cuGraphAddNode (CUDA 12.3)");               \
+#define REQUIRE_ADD_NODE()                                           \
+  do {                                                               \
+    REQUIRE_DRIVER();                                                \
+    if (custream::detail::api().cuGraphAddNode == nullptr)           \
+      CUSTREAM_SKIP("the driver has no cuGraphAddNode (CUDA 12.3)"); \
   } while (false)
 
 std::vector<std::uint32_t> words(const Stream& s, const DeviceBuffer& b) {
@@ -124,7 +124,8 @@ custream::Error error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("graph builder: memset, memcpy and copies move the data they say", "[graph-builder][gpu]") {
+TEST_CASE("graph builder: memset, memcpy and copies move the data they say",
+          "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
   const Context ctx = Device(0).primary_context();
   const Stream s(Device(0), StreamFlags::non_blocking);
@@ -290,8 +291,9 @@ TEST_CASE("graph builder: bad input is refused before the driver, naming the nod
     if (custream::detail::api().cuFuncGetParamInfo == nullptr) {
       CUSTREAM_SKIP("the driver cannot tell a kernel's parameters (CUDA 12.4)");
     }
-    const auto e = error_of(
-        [&] { g.add_kernel(a, k, LaunchConfig{{1}, {32}}, data.get(), std::uint32_t{1}); });
+    const auto e = error_of([&] {
+      g.add_kernel(a, k, LaunchConfig{{1}, {32}}, data.get(), std::uint32_t{1});
+    });
     CHECK(e.result() == CUDA_ERROR_INVALID_VALUE);
     CHECK(e.call() == "custream::GraphBuilder::add_kernel");
     CHECK(std::string(e.what()).find("the launch gave 2 argument(s)") != std::string::npos);
@@ -300,7 +302,8 @@ TEST_CASE("graph builder: bad input is refused before the driver, naming the nod
   SECTION("an empty builder and an empty Event") {
     GraphBuilder none;
     CHECK_FALSE(none);
-    expect_error([&] { none.add_empty({}); }, CUDA_ERROR_INVALID_VALUE, "empty custream::GraphBuilder");
+    expect_error([&] { none.add_empty({}); }, CUDA_ERROR_INVALID_VALUE,
+                 "empty custream::GraphBuilder");
     expect_error([&] { (void)none.instantiate(); }, CUDA_ERROR_INVALID_VALUE,
                  "empty custream::GraphBuilder");
     expect_error([&] { (void)none.node_count(); }, CUDA_ERROR_INVALID_VALUE,
@@ -311,6 +314,11 @@ TEST_CASE("graph builder: bad input is refused before the driver, naming the nod
     custream::Event moved(std::move(empty));
     expect_error([&] { g.add_event_record(a, empty); }, CUDA_ERROR_INVALID_HANDLE,
                  "the Event is empty");
+    DeviceBuffer dev(64);
+    expect_error([&] { g.add_copy_to_host(a, nullptr, dev.get(), 4); }, CUDA_ERROR_INVALID_VALUE,
+                 "the host memory is null");
+    expect_error([&] { g.add_copy_to_device(a, dev.get(), nullptr, 4); }, CUDA_ERROR_INVALID_VALUE,
+                 "the host memory is null");
     unchanged();
   }
 }
@@ -353,8 +361,8 @@ TEST_CASE("graph builder: a host node's exception goes to the host-function erro
   std::atomic<int> reported{0};
   std::string text;
   std::mutex m;
-  auto previous = custream::set_host_function_error_handler(
-      [&](const custream::HostFunctionError& e) {
+  auto previous =
+      custream::set_host_function_error_handler([&](const custream::HostFunctionError& e) {
         std::lock_guard<std::mutex> lock(m);
         text = e.message();
         reported.fetch_add(1);
@@ -436,7 +444,8 @@ TEST_CASE("graph builder: kernel nodes of modules and libraries", "[graph-builde
   CHECK(v[n - 1] == 10u);
 }
 
-TEST_CASE("graph builder: a child graph's payloads live as long as the parent", "[graph-builder][gpu]") {
+TEST_CASE("graph builder: a child graph's payloads live as long as the parent",
+          "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
   const Context ctx = Device(0).primary_context();
   const Stream s(Device(0), StreamFlags::non_blocking);
@@ -487,9 +496,9 @@ TEST_CASE("graph builder: graph memory, events and DOT", "[graph-builder][gpu]")
     CHECK(done.done());
   }
   const std::string dot = g.dot();
-  CHECK(dot.find("// custream: graph " + custream::detail::pointer_text(g.handle()) +
-                 " node 0 " + custream::detail::pointer_text(alloc.node.handle()) +
-                 " memory allocation") != std::string::npos);
+  CHECK(dot.find("// custream: graph " + custream::detail::pointer_text(g.handle()) + " node 0 " +
+                 custream::detail::pointer_text(alloc.node.handle()) + " memory allocation") !=
+        std::string::npos);
   CHECK(dot.find(" event record\n") != std::string::npos);
   CHECK(dot.rfind('}') > dot.find("custream: graph"));
 }
