@@ -24,6 +24,8 @@ void add_stream_cases(std::vector<Case>& cases);
 /// cases are skipped when prepared, with the reason, where the driver cannot load modules (on
 /// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
+/// GraphBuilder's add path: 1,000 kernel (or memset) nodes against the raw cuGraphAddNode loop.
+void add_graph_builder_cases(std::vector<Case>& cases);
 
 /// Stream operations on streams of a created and a green context (that context current, and
 /// the primary one), wrapping a green-context stream, and a stream scope that switches the

@@ -15,6 +15,7 @@
 #include "bench_cases.hpp"
 #include "custream/custream.hpp"
 #include "custream/graph.hpp"
+#include "custream/graph_builder.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/testing.hpp"
@@ -262,6 +263,131 @@ Case host_func_case(const char* name, Target target, Body raw, Body ours, const 
 
 }  // namespace
 
+// --- Per-node updates (docs/design/graphs.md, "Per-node updates") ---
+
+namespace {
+
+/// What the per-node update cases share (never freed): set_value nodes of builder graphs.
+struct NodeUpdateState {
+  custream::Kernel set_value;
+  custream::DeviceBuffer out{4, custream::Device(0)};
+  custream::Graph one;  // one kernel node
+  custream::GraphNode one_node;
+  custream::Graph big;  // 1,000 kernel nodes
+  custream::GraphBuilder big_builder;
+  custream::Graph big_other;  // the same topology, other arguments (whole-graph updates)
+  custream::GraphNode big_node;
+};
+
+/// A graph of `nodes` set_value nodes in a chain, writing `value`; `first` gets the first node.
+custream::GraphBuilder set_value_chain(NodeUpdateState& st, int nodes, unsigned value,
+                                       custream::GraphNode* first) {
+  custream::GraphBuilder b = custream::GraphBuilder::create();
+  custream::GraphNode last;
+  for (int i = 0; i < nodes; ++i) {
+    last = b.add_kernel(last, st.set_value, custream::LaunchConfig{{1}, {1}}, st.out.get(), value);
+    if (i == 0 && first != nullptr) *first = last;
+  }
+  return b;
+}
+
+NodeUpdateState& node_update_state() {
+  static NodeUpdateState* const st = [] {
+    state();  // device 0 current
+    auto* s = new NodeUpdateState;
+    s->set_value = custream::Module::from_ptx(kTrivialPtx, 0).kernel("set_value");
+    s->one = set_value_chain(*s, 1, 1, &s->one_node).instantiate();
+    s->big_builder = set_value_chain(*s, kGraphKernels, 1, &s->big_node);
+    s->big = s->big_builder.instantiate();
+    s->big_other = set_value_chain(*s, kGraphKernels, 2, nullptr).instantiate();
+    return s;
+  }();
+  return *st;
+}
+
+void add_node_update_cases(std::vector<Case>& cases) {
+  // One kernel node's arguments: the same CUDA_KERNEL_NODE_PARAMS the raw side fills each time;
+  // custream adds its checks (the node's kernel's parameter sizes, one cached pointer).
+  Case kernel_update{"graph per-node kernel update",  {}, {}, {}, 256, 21, {},
+                     "cuGraphExecKernelNodeSetParams"};
+  kernel_update.needs_kernels = true;
+  kernel_update.prepare = [](Case& c) {
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    NodeUpdateState& st = node_update_state();
+    const auto& api = custream::testing::driver();
+    CUDA_KERNEL_NODE_PARAMS base{};
+    check(api.cuGraphKernelNodeGetParams(st.one_node.handle(), &base),
+          "cuGraphKernelNodeGetParams");
+    c.raw = [&api, exec = st.one.exec(), node = st.one_node.handle(), base,
+             out = st.out.get()](int n) {
+      for (int i = 0; i < n; ++i) {
+        unsigned value = static_cast<unsigned>(i);
+        void* params[2] = {const_cast<CUdeviceptr*>(&out), &value};
+        CUDA_KERNEL_NODE_PARAMS p = base;
+        p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+        p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+        p.sharedMemBytes = 0;
+        p.kernelParams = params;
+        p.extra = nullptr;
+        api.cuGraphExecKernelNodeSetParams(exec, node, &p);
+      }
+    };
+    c.ours = [](int n) {
+      NodeUpdateState& st = node_update_state();
+      const custream::LaunchConfig config{{1}, {1}};
+      for (int i = 0; i < n; ++i) {
+        st.one.update_kernel(st.one_node, config, st.out.get(), static_cast<unsigned>(i));
+      }
+    };
+  };
+  cases.push_back(std::move(kernel_update));
+
+  // A report row: one node of a 1,000-node graph updated (custream) against the whole graph
+  // updated from another of the same topology (raw side: custream's update(), one
+  // cuGraphExecUpdate); the note adds re-instantiating the graph.
+  Case big{"1,000-node graph: per-node update vs whole-graph update",
+           {},
+           {},
+           {Target::Kind::ratio, 0, 1.0},
+           16,
+           21,
+           {},
+           "whole-graph update (cuGraphExecUpdate)"};
+  big.needs_kernels = true;
+  big.prepare = [](Case& c) {
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    node_update_state();
+    c.raw = [](int n) {
+      NodeUpdateState& st = node_update_state();
+      for (int i = 0; i < n; ++i) st.big.update(st.big_other);
+    };
+    c.ours = [](int n) {
+      NodeUpdateState& st = node_update_state();
+      const custream::LaunchConfig config{{1}, {1}};
+      for (int i = 0; i < n; ++i) {
+        st.big.update_kernel(st.big_node, config, st.out.get(), static_cast<unsigned>(i));
+      }
+    };
+    c.note = [](const Case&) {
+      NodeUpdateState& st = node_update_state();
+      std::vector<double> times;
+      for (int rep = 0; rep < 11; ++rep) {
+        const auto start = Clock::now();
+        custream::Graph g = st.big_builder.instantiate();
+        times.push_back(ns_since(start));
+      }
+      std::sort(times.begin(), times.end());
+      return "re-instantiation (instantiate + upload): " + std::to_string(times[5] / 1000.0) +
+             " us median of 11";
+    };
+  };
+  cases.push_back(std::move(big));
+}
+
+}  // namespace
+
 void add_graph_cases(std::vector<Case>& cases) {
   // A host function costs ~2-3 us to enqueue and its cost moves with what the driver's
   // host-function thread and the GPU are doing: these rows take the most rounds.
@@ -398,6 +524,111 @@ void add_graph_cases(std::vector<Case>& cases) {
     c.note = [](const Case&) { return first_vs_repeat(state()); };
   };
   cases.push_back(std::move(graph));
+
+  add_node_update_cases(cases);  // per-node updates: their own block above
+}
+
+namespace {
+
+// 1,000 nodes in a chain, each after the previous, then the graph destroyed: through the raw
+// cuGraphAddNode (the same parameters custream passes) and through GraphBuilder.
+void raw_chain(const CUgraphNodeParams& params, int graphs) {
+  const auto& api = custream::testing::driver();
+  for (int i = 0; i < graphs; ++i) {
+    CUgraph g = nullptr;
+    check(api.cuGraphCreate(&g, 0), "cuGraphCreate");
+    CUgraphNode prev = nullptr;
+    for (int k = 0; k < kGraphKernels; ++k) {
+      CUgraphNodeParams p = params;  // the driver may write to it
+      CUgraphNode node = nullptr;
+      check(api.cuGraphAddNode(&node, g, prev != nullptr ? &prev : nullptr, nullptr,
+                               prev != nullptr ? 1 : 0, &p),
+            "cuGraphAddNode");
+      prev = node;
+    }
+    check(api.cuGraphDestroy(g), "cuGraphDestroy");
+  }
+}
+
+template <typename Add>
+void builder_chain(int graphs, Add add) {
+  const custream::Context context = state().device.primary_context();
+  for (int i = 0; i < graphs; ++i) {
+    custream::GraphBuilder b(context);
+    custream::GraphNode prev;
+    for (int k = 0; k < kGraphKernels; ++k) prev = add(b, prev);
+  }
+}
+
+}  // namespace
+
+void add_graph_builder_cases(std::vector<Case>& cases) {
+  // The add path: one cuGraphAddNode a node, the argument check once per kernel (as launches).
+  Case kernels{"graph builder: 1,000 kernel nodes",
+               {},
+               {},
+               {Target::Kind::ratio, 0, 1.02},
+               4,
+               21,
+               {},
+               "cuGraphCreate, 1,000 cuGraphAddNode (kernel), cuGraphDestroy"};
+  kernels.needs_kernels = true;
+  kernels.prepare = [](Case& c) {
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    if (custream::testing::driver().cuGraphAddNode == nullptr) {
+      c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
+      return;
+    }
+    static void* no_args[1] = {nullptr};
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = state().noop.handle();
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = no_args;
+    p.kernel.ctx = state().device.primary_context().handle();
+    c.raw = [p](int n) { raw_chain(p, n); };
+    c.ours = [](int n) {
+      const custream::LaunchConfig config{{1}, {1}};
+      builder_chain(n, [&](custream::GraphBuilder& b, const custream::GraphNode& prev) {
+        return b.add_kernel(prev, state().noop, config);
+      });
+    };
+  };
+  cases.push_back(std::move(kernels));
+
+  // The same with memset nodes: runs on the CPU emulator too.
+  Case memsets{"graph builder: 1,000 memset nodes",
+               {},
+               {},
+               {Target::Kind::ratio, 0, 1.02},
+               4,
+               21,
+               {},
+               "cuGraphCreate, 1,000 cuGraphAddNode (memset), cuGraphDestroy"};
+  memsets.prepare = [](Case& c) {
+    if (custream::testing::driver().cuGraphAddNode == nullptr) {
+      c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
+      return;
+    }
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = state().buffer.get();
+    p.memset.value = 1;
+    p.memset.elementSize = 4;
+    p.memset.width = 1;
+    p.memset.height = 1;
+    p.memset.ctx = state().device.primary_context().handle();
+    c.raw = [p](int n) { raw_chain(p, n); };
+    c.ours = [](int n) {
+      const CUdeviceptr dst = state().buffer.get();
+      builder_chain(n, [dst](custream::GraphBuilder& b, const custream::GraphNode& prev) {
+        return b.add_memset(prev, dst, std::uint32_t{1}, 1);
+      });
+    };
+  };
+  cases.push_back(std::move(memsets));
 }
 
 // The stream parked behind the gate (bench/gate.hpp) while a batch is timed.

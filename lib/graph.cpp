@@ -18,6 +18,8 @@
 #include "custream/graph_update_error.hpp"
 #include "custream/nvtx_range.hpp"
 #include "driver.hpp"
+#include "graph/owner.hpp"
+#include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 #include "shared.hpp"
@@ -25,19 +27,12 @@
 namespace custream {
 namespace detail {
 
-struct GraphOwner : Counted {
-  // The executable first, then the graph when owned (invariants 1, 5).
-  ~GraphOwner() {
-    if (exec != nullptr)
-      release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
-    if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
-  }
-  CUgraphExec exec = nullptr;
-  CUgraph graph = nullptr;   // the graph this executable was instantiated from
-  bool owned = false;        // adopted or from end_capture: destroyed with the last reference
-  Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
-  GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
-};
+// The executable first, then the graph when owned (invariants 1, 5). The struct is in
+// graph/owner.hpp (node_updates.cpp reads it too).
+GraphOwner::~GraphOwner() {
+  if (exec != nullptr) release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
+  if (owned) release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
+}
 template struct Refs<GraphOwner>;
 
 }  // namespace detail
@@ -179,14 +174,28 @@ void on_stream(CUgraphExec exec, StreamRef s, CUresult first, CUgraph graph) {
 // (invariant 4).
 inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
   CUgraphExecUpdateResultInfo info{};
-  const CUresult r = detail::api().cuGraphExecUpdate(exec, newer, &info);
+  const CUresult r = detail::api().cuGraphExecUpdate(exec, newer, &info);  // raw: hot path
   if (r != CUDA_SUCCESS) throw_update_error(r, info, graph, exec, newer);
+}
+
+// update_exec() of a Graph with per-node update state (a keeper, cached kernel nodes): out of
+// line, so that update() of any other Graph pays one branch (graphs.md, U4).
+[[gnu::cold, gnu::noinline]] void update_exec_with_nodes(detail::GraphOwner& o, CUgraph newer) {
+  detail::before_whole_update(o.updates, newer);
+  struct After {
+    detail::NodeUpdates& u;
+    CUgraph newer;
+    bool updated = false;
+    ~After() { detail::after_whole_update(u, newer, updated); }
+  } after{o.updates, newer};
+  update_exec(o.graph, o.exec, newer);
+  after.updated = true;
 }
 
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
-                  std::uint64_t libraries_since) {
+                  std::uint64_t libraries_since, bool keeper) {
   if (graph == nullptr) {
     throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
   }
@@ -211,12 +220,15 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
     if (context == nullptr) context = detail::current_primary_context();
   }
   ContextScope scope(context);
+  g.owner_.get()->context = context;
+  if (keeper) detail::make_keeper(g.owner_.get()->updates, graph);  // before instantiating (U2)
   CUDA_GRAPH_INSTANTIATE_PARAMS params{};
   params.flags = static_cast<cuuint64_t>(flags);
   params.hUploadStream =
       (flags & InstantiateFlags::upload) != InstantiateFlags::none ? stream.handle() : nullptr;
   CUgraphExec exec = nullptr;
   const CUresult r = l.api.cuGraphInstantiateWithParams(&exec, graph, &params);
+  detail::drop_keeper_from_graph(g.owner_.get()->updates, graph);  // the executable's alone (U2)
   if (r != CUDA_SUCCESS || params.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
     if (r == CUDA_SUCCESS && exec != nullptr) {
       detail::release_call<&DriverApi::cuGraphExecDestroy>("executable graph", exec, exec);
@@ -230,6 +242,18 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
             (uploading ? ", upload on " + stream.to_string() : std::string()));
   }
   g.exec_ = g.owner_.get()->exec = exec;
+  return g;
+}
+
+Graph Graph::from_builder(const detail::Shared<detail::BuilderOwner>& builder,
+                          InstantiateFlags flags, StreamRef stream) {
+  detail::BuilderOwner& b = *builder.get();
+  // Instantiated in the builder's context (a special upload stream means the current one).
+  ContextScope scope(b.context);
+  Graph g = make(b.root(), false, flags, stream, ~std::uint64_t{0}, true);  // + keeper (U2)
+  g.owner_.get()->builder = builder;  // the graph and what its nodes own (invariant B1)
+  g.owner_.get()->libraries.hold(b.libraries);
+  if (b.context.owned()) g.keep_context(b.context);
   return g;
 }
 
@@ -271,8 +295,13 @@ void Graph::launch() const { launch(current_stream()); }
 
 void Graph::launch(StreamRef stream) const {
   if (exec_ == nullptr) refuse_empty("cuGraphLaunch");
-  const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());
+  const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());  // raw: hot path
   if (r != CUDA_SUCCESS) launch_failed(r, stream);
+  // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
+  detail::NodeUpdates& u = owner_.get()->updates;
+  if (u.retire_pending.load(std::memory_order_relaxed)) {
+    detail::release_retired_after(u, stream.handle());
+  }
 }
 
 void Graph::launch(StreamRef stream, std::string_view range) const {
@@ -300,7 +329,9 @@ void Graph::upload(StreamRef stream) const {
 
 void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
-  if (newer.owner_) owner_.get()->libraries.hold(newer.owner_.get()->libraries);  // invariant 5
+  detail::GraphOwner& o = *owner_.get();
+  if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);     // invariant 5, inline
+  if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
 }
 
@@ -313,18 +344,18 @@ void Graph::update_from_capture(StreamRef stream) {
   } captured{ended.graph};
   detail::own_run_once_nodes(captured.graph, true);           // invariant 6
   owner_.get()->libraries.hold_since(ended.libraries_since);  // libraries.md, invariant 5
+  if (owner_.get()->updates.active) return update_exec_with_nodes(*owner_.get(), captured.graph);
   update_exec(graph_, exec_, captured.graph);
 }
 
-std::string Graph::dot(bool verbose) const {
-  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
   detail::entry<&DriverApi::cuGraphDebugDotPrint>(detail::api());  // an older driver: say so
   const char* tmp = std::getenv("TMPDIR");
   std::string path =
       std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/custream-graph-XXXXXX";
   const int fd = mkstemp(path.data());
   if (fd < 0) {
-    throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Graph::dot", graph_text(graph_, exec_),
+    throw Error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
                 "cannot create a temporary file in " + path);
   }
   ::close(fd);
@@ -333,12 +364,17 @@ std::string Graph::dot(bool verbose) const {
     ~Unlink() { ::unlink(path.c_str()); }
   } unlink_at_exit{path};
   detail::call<&DriverApi::cuGraphDebugDotPrint>(
-      detail::graph_subject(graph_), static_cast<CUgraph>(graph_), path.c_str(),
+      detail::graph_subject(graph), graph, path.c_str(),
       static_cast<unsigned>(verbose ? CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE : 0));
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string Graph::dot(bool verbose) const {
+  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+  return detail::graph_dot(graph_, verbose, "custream::Graph::dot");
 }
 
 std::size_t Graph::node_count() const {

@@ -104,13 +104,20 @@ void GraphLibraries::hold_since(std::uint64_t since) {
   }
 }
 
-void GraphLibraries::hold(const GraphLibraries& other) {
+void GraphLibraries::hold_more(const GraphLibraries& other) {
   for (LibraryOwner* owner : other.held_) {
     if (std::find(held_.begin(), held_.end(), owner) != held_.end()) continue;
     held_.reserve(held_.size() + 1);
     Refs<LibraryOwner>::retain(owner);  // `other` holds one: it cannot be the last
     add(owner);
   }
+}
+
+void GraphLibraries::hold(LibraryOwner* owner) {
+  if (std::find(held_.begin(), held_.end(), owner) != held_.end()) return;
+  held_.reserve(held_.size() + 1);
+  Refs<LibraryOwner>::retain(owner);  // the caller holds one: it cannot be the last
+  add(owner);
 }
 
 GraphLibraries::~GraphLibraries() {
