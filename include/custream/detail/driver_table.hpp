@@ -130,7 +130,13 @@
   X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
     cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
-  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
+  /* typed memory */                                                                    \
+  X(cuMemsetD16Async, cuMemsetD16Async, 3020, false)                                    \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, false)                 \
+  X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, false)                         \
+  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, false)                         \
+  X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, false)
 
 namespace custream::detail {
 
