@@ -1,12 +1,14 @@
 // Typed memory: pinned host arrays (PinnedArray), the cold paths of DeviceArray, and device
 // memory pools (MemoryPool). What the templates in custream/pinned_array.hpp,
 // device_array.hpp and memory_pool.hpp need out of line: allocation, release, errors.
+#include <cstring>
 #include <optional>
 #include <string>
 
 #include "context.hpp"
 #include "error.hpp"
 #include "custream/context_scope.hpp"
+#include "custream/detail/typed_memory.hpp"
 #include "custream/device_array.hpp"
 #include "custream/error.hpp"
 #include "custream/memory_pool.hpp"
@@ -57,6 +59,8 @@ void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& conte
         r, context_subject(used.handle()),
         std::to_string(bytes) + " bytes of pinned host memory, flags " + flags_text(flags));
   }
+  // The driver does not promise zeroed memory; PinnedArray does (as std::vector<T>(n)).
+  std::memset(p, 0, bytes);
   return p;
 }
 
@@ -71,6 +75,7 @@ CUdeviceptr pinned_device_pointer(void* p, PinnedFlags flags, const Context& con
                 "custream refused: it was allocated without PinnedFlags::mapped (flags " +
                     flags_text(flags) + "), so the device cannot address it");
   }
+  if (p == nullptr) return 0;
   std::optional<ContextScope> scope;
   if (context.handle() != nullptr) scope.emplace(context);
   CUdeviceptr d = 0;
@@ -84,14 +89,14 @@ void throw_too_many(const char* call, std::size_t count, std::size_t element_byt
                   std::to_string(element_bytes) + " bytes overflow the address space");
 }
 
-void throw_array_bounds(const char* call, CUdeviceptr array, std::size_t size,
-                        std::size_t offset, std::size_t count) {
-  if (array == 0 && size == 0 && offset == 0) throw_too_many(call, count, 0);
+void throw_array_bounds(const char* call, const char* what, const void* array,
+                        std::size_t size, std::size_t offset, std::size_t count) {
   throw Error(CUDA_ERROR_INVALID_VALUE, call,
-              "device array " + pointer_text(reinterpret_cast<const void*>(array)) + " of " +
-                  std::to_string(size) + " elements",
-              "custream refused before the driver: " + std::to_string(count) +
-                  " elements at element " + std::to_string(offset) + " do not fit");
+              std::string(what) + " " + pointer_text(array) + " of " + std::to_string(size) +
+                  " elements",
+              "custream refused before calling the driver: " + std::to_string(count) +
+                  " elements at element " + std::to_string(offset) + " do not fit in its " +
+                  std::to_string(size) + " elements");
 }
 
 void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
@@ -102,7 +107,6 @@ void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
                                                count, stream.handle());
       return;
     case 2:
-      entry<&DriverApi::cuMemsetD16Async>(api());  // an older driver: say so first
       stream_call<&DriverApi::cuMemsetD16Async>(stream, dst, static_cast<unsigned short>(bits),
                                                 count, stream.handle());
       return;

@@ -10,28 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "custream/detail/typed_memory.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/stream_ref.hpp"
 
 namespace custream {
 
-namespace detail {
-/// Throws Error (CUDA_ERROR_INVALID_VALUE) for a copy of `count` elements at element
-/// `offset` of an array of `size` elements at `array`, refused by custream before the driver.
-[[noreturn, gnu::cold]] void throw_array_bounds(const char* call, CUdeviceptr array,
-                                                std::size_t size, std::size_t offset,
-                                                std::size_t count);
-/// Enqueues the fill of `count` elements of `element_bytes` (1, 2 or 4) at `dst` with the
-/// bit pattern `bits` (cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async).
-/// @throws Error naming the call and the stream on a driver failure.
-void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
-                std::size_t element_bytes, std::size_t count);
-/// True when `C` is a contiguous host container (data(), size()) of exactly `T`.
-template <typename C, typename T>
-inline constexpr bool holds_elements_v =
-    std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<C&>().data())>>,
-                   T>;
-}  // namespace detail
 
 /// `count` elements of T in device memory, over a DeviceBuffer: plain (cuMemAlloc) or
 /// stream-ordered (cuMemAllocAsync on a Stream, freed on that stream after its last use, also
@@ -39,7 +23,10 @@ inline constexpr bool holds_elements_v =
 /// typed and bounds-checked: a host container of another element type does not compile, and
 /// a copy past the end is refused before the driver is called. Each copy is one driver call
 /// (cuMemcpyHtoDAsync / cuMemcpyDtoHAsync) on the stream given; from pinned memory
-/// (PinnedArray) it is truly asynchronous, from pageable memory the driver stages it.
+/// (PinnedArray) it is truly asynchronous, from pageable memory the driver stages it. A copy
+/// or fill of no element calls no driver. A stream-ordered array is freed on its own stream:
+/// work enqueued on another stream must be ordered before that free by the caller (an event).
+/// Move-only; a moved-from array is empty.
 ///
 /// @code
 /// custream::DeviceArray<float> x(n);
@@ -76,6 +63,24 @@ class DeviceArray {
   DeviceArray(std::size_t count, const Stream& stream)
       : buffer_(count ? DeviceBuffer(bytes_for(count), stream) : DeviceBuffer()), count_(count) {}
 
+  /// Takes over `other`'s memory; `other` becomes empty (no element).
+  DeviceArray(DeviceArray&& other) noexcept
+      : buffer_(std::move(other.buffer_)), count_(std::exchange(other.count_, 0)) {}
+  /// Frees this array's memory (in stream order for a stream-ordered one) and takes over
+  /// `other`'s; `other` becomes empty.
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    if (this != &other) {
+      buffer_ = std::move(other.buffer_);
+      count_ = std::exchange(other.count_, 0);
+    }
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  /// Frees the memory (a stream-ordered array: cuMemFreeAsync on its stream, after the work
+  /// enqueued there). Never throws.
+  ~DeviceArray() = default;
+
   /// The device address of element 0.
   CUdeviceptr get() const noexcept { return buffer_.get(); }
   /// How many elements.
@@ -95,6 +100,7 @@ class DeviceArray {
   void copy_from(const StreamRef& stream, const T* src, std::size_t count,
                  std::size_t offset = 0) const {
     check(count, offset, "custream::DeviceArray::copy_from");
+    if (count == 0) return;
     const CUdeviceptr dst = get() + offset * sizeof(T);
     const std::size_t n = count * sizeof(T);
     detail::stream_call<&detail::DriverApi::cuMemcpyHtoDAsync>(stream, dst,
@@ -104,18 +110,23 @@ class DeviceArray {
   /// Enqueues a copy of every element of `host` (a contiguous container of T: std::vector,
   /// std::array, PinnedArray, …) to elements [offset, offset + host.size()).
   /// @throws as copy_from(stream, pointer, count, offset).
-  template <typename C>
+  template <typename C, typename = std::enable_if_t<detail::is_host_container_v<const C>>>
   void copy_from(const StreamRef& stream, const C& host, std::size_t offset = 0) const {
-    static_assert(detail::holds_elements_v<const C, T>,
+    static_assert(std::is_same_v<detail::host_element_t<const C>, T>,
                   "custream::DeviceArray<T>::copy_from: the host container's elements must be "
                   "exactly T");
     copy_from(stream, host.data(), host.size(), offset);
   }
+  /// Refused at compile time: a temporary container dies before the enqueued copy has read
+  /// it (from pinned memory the copy is truly asynchronous). Name the container.
+  template <typename C, typename = std::enable_if_t<detail::is_host_container_v<const C>>>
+  void copy_from(const StreamRef& stream, const C&& host, std::size_t offset = 0) const = delete;
   /// Enqueues on `stream` a copy of elements [offset, offset + count) to host memory `dst`
   /// (cuMemcpyDtoHAsync); read `dst` after the stream has run it (synchronize).
   /// @throws as copy_from.
   void copy_to(const StreamRef& stream, T* dst, std::size_t count, std::size_t offset = 0) const {
     check(count, offset, "custream::DeviceArray::copy_to");
+    if (count == 0) return;
     const CUdeviceptr src = get() + offset * sizeof(T);
     const std::size_t n = count * sizeof(T);
     detail::stream_call<&detail::DriverApi::cuMemcpyDtoHAsync>(stream, static_cast<void*>(dst),
@@ -123,41 +134,45 @@ class DeviceArray {
   }
   /// Enqueues a copy of elements [offset, offset + host.size()) into `host` (a contiguous
   /// container of T). @throws as copy_to(stream, pointer, count, offset).
-  template <typename C>
+  template <typename C, typename = std::enable_if_t<detail::is_host_container_v<C>>>
   void copy_to(const StreamRef& stream, C& host, std::size_t offset = 0) const {
-    static_assert(detail::holds_elements_v<C, T> && !std::is_const_v<C>,
+    static_assert(std::is_same_v<detail::host_element_t<C>, T> && !std::is_const_v<C>,
                   "custream::DeviceArray<T>::copy_to: the host container's elements must be "
                   "exactly T (and writable)");
     copy_to(stream, host.data(), host.size(), offset);
   }
-  /// Copies every element to a new vector: enqueues the copy on `stream` and synchronizes it.
+  /// Copies every element to a new vector: enqueues the copy on `stream` and synchronizes the
+  /// stream (none for an empty array).
   /// @throws as copy_to; Error when the synchronization reports a failure.
   std::vector<T> to_vector(const StreamRef& stream) const {
     std::vector<T> out(count_);
+    if (count_ == 0) return out;
     copy_to(stream, out.data(), count_);
     stream.synchronize();
     return out;
   }
   /// Enqueues on `stream` setting every element to `value` (cuMemsetD8Async, D16 or D32 for
-  /// a T of 1, 2 or 4 bytes). @throws Error naming the call and the stream on a driver failure.
+  /// a T of 1, 2 or 4 bytes; another size does not compile); nothing for an empty array.
+  /// @throws Error naming the call and the stream on a driver failure.
   void fill(const StreamRef& stream, const T& value) const {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4,
                   "custream::DeviceArray<T>::fill: the driver fills 1-, 2- or 4-byte elements");
-    unsigned bits = 0;
-    std::memcpy(&bits, &value, sizeof(T));
-    detail::array_fill(stream, get(), bits, sizeof(T), count_);
+    if (count_ == 0) return;
+    std::conditional_t<sizeof(T) == 1, unsigned char,
+                       std::conditional_t<sizeof(T) == 2, unsigned short, unsigned>>
+        word = 0;
+    std::memcpy(&word, &value, sizeof(T));
+    detail::array_fill(stream, get(), word, sizeof(T), count_);
   }
 
  private:
   static std::size_t bytes_for(std::size_t count) {
-    if (count != 0 && count > static_cast<std::size_t>(-1) / sizeof(T)) {
-      detail::throw_array_bounds("custream::DeviceArray", 0, 0, 0, count);
-    }
-    return count * sizeof(T);
+    return detail::array_bytes("custream::DeviceArray", count, sizeof(T));
   }
   void check(std::size_t count, std::size_t offset, const char* call) const {
     if (offset > count_ || count > count_ - offset) {
-      detail::throw_array_bounds(call, get(), count_, offset, count);
+      detail::throw_array_bounds(call, "device array", reinterpret_cast<const void*>(get()),
+                                 count_, offset, count);
     }
   }
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "custream/context.hpp"
+#include "custream/detail/typed_memory.hpp"
 #include "custream/pinned_flags.hpp"
 
 namespace custream {
@@ -20,12 +21,9 @@ void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& conte
                       Context& used);
 /// cuMemFreeHost; a failure goes to the release-error handler.
 void pinned_free(void* p) noexcept;
-/// The device address of mapped pinned memory (cuMemHostGetDevicePointer in `context`).
-/// @throws Error when it is not mapped, or on a driver failure.
+/// The device address of mapped pinned memory (cuMemHostGetDevicePointer in `context`; 0 for
+/// no memory). @throws Error when it is not mapped, or on a driver failure.
 CUdeviceptr pinned_device_pointer(void* p, PinnedFlags flags, const Context& context);
-/// Throws Error: `count` elements of `element_bytes` overflow the address space.
-[[noreturn, gnu::cold]] void throw_too_many(const char* call, std::size_t count,
-                                            std::size_t element_bytes);
 }  // namespace detail
 
 /// `count` elements of T in page-locked host memory (cuMemHostAlloc), freed with the object
@@ -54,10 +52,8 @@ class PinnedArray {
   /// the memory). @throws as above.
   PinnedArray(std::size_t count, PinnedFlags flags, const Context& context)
       : count_(count), flags_(flags) {
-    if (count != 0 && count > static_cast<std::size_t>(-1) / sizeof(T)) {
-      detail::throw_too_many("custream::PinnedArray", count, sizeof(T));
-    }
-    data_ = static_cast<T*>(detail::pinned_allocate(count * sizeof(T), flags, context, context_));
+    const std::size_t bytes = detail::array_bytes("custream::PinnedArray", count, sizeof(T));
+    data_ = static_cast<T*>(detail::pinned_allocate(bytes, flags, context, context_));
   }
   /// Takes over `other`'s memory; `other` becomes empty.
   PinnedArray(PinnedArray&& other) noexcept { swap(other); }
@@ -101,9 +97,9 @@ class PinnedArray {
   const T* end() const noexcept { return data_ + count_; }
   /// The flags it was allocated with.
   PinnedFlags flags() const noexcept { return flags_; }
-  /// Its address in the device's address space (PinnedFlags::mapped).
-  /// @throws Error (CUDA_ERROR_INVALID_VALUE) when it was not allocated mapped; Error on a
-  /// driver failure.
+  /// Its address in the device's address space (PinnedFlags::mapped; 0 when empty).
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE) when it was not allocated mapped (refused by
+  /// custream, naming the flags); Error naming cuMemHostGetDevicePointer on a driver failure.
   CUdeviceptr device_pointer() const {
     return detail::pinned_device_pointer(const_cast<T*>(data_), flags_, context_);
   }
