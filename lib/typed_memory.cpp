@@ -2,8 +2,10 @@
 // memory pools (MemoryPool). What the templates in custream/pinned_array.hpp,
 // device_array.hpp and memory_pool.hpp need out of line: allocation, release, errors.
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "context.hpp"
 #include "error.hpp"
@@ -11,6 +13,7 @@
 #include "custream/detail/typed_memory.hpp"
 #include "custream/device_array.hpp"
 #include "custream/error.hpp"
+#include "custream/host_function.hpp"
 #include "custream/memory_pool.hpp"
 #include "custream/pinned_array.hpp"
 
@@ -97,6 +100,16 @@ void throw_array_bounds(const char* call, const char* what, const void* array,
               "custream refused before calling the driver: " + std::to_string(count) +
                   " elements at element " + std::to_string(offset) + " do not fit in its " +
                   std::to_string(size) + " elements");
+}
+
+void keep_until_done(const StreamRef& stream, std::shared_ptr<void> memory) noexcept {
+  auto* kept = new std::shared_ptr<void>(std::move(memory));
+  try {
+    launch_host_func(
+        stream, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); }, kept);
+  } catch (...) {
+    // The stream takes no more work; whether the copy still runs is unknown: never freed.
+  }
 }
 
 void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,

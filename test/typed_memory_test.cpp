@@ -346,3 +346,24 @@ TEST_CASE("MemoryPool: a device's default pool, its threshold and used bytes",
   pool.set_release_threshold(threshold);
   CHECK(pool.release_threshold() == threshold);
 }
+
+TEST_CASE("DeviceArray::to_vector: a failed synchronize leaves the pending copy a live target",
+          "[typed-memory][emu-only]") {
+  auto fail_call =
+      custream_test::emu_symbol<void (*)(const char*, int, CUresult)>("custream_emu_fail_call");
+  if (!fail_call) CUSTREAM_SKIP("injects a failure on the emulator");
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  DeviceArray<std::uint32_t> a(1 << 16);
+  a.fill(s, 0x5a5a5a5au);
+  s.synchronize();
+  Gate gate(s);  // the copy waits behind it
+  fail_call("cuStreamSynchronize", 1, CUDA_ERROR_UNKNOWN);
+  custream_test::expect_error([&] { (void)a.to_vector(s); }, CUDA_ERROR_UNKNOWN,
+                              "cuStreamSynchronize");
+  // The stream still runs the copy into the vector's memory (AddressSanitizer reports a write
+  // to freed memory if it was freed), then the host function that releases it.
+  gate.open();
+  s.synchronize();
+  CHECK(!gate.timed_out());
+  CHECK(a.to_vector(s) == std::vector<std::uint32_t>(1 << 16, 0x5a5a5a5au));
+}

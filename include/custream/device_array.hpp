@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -143,12 +144,18 @@ class DeviceArray {
   }
   /// Copies every element to a new vector: enqueues the copy on `stream` and synchronizes the
   /// stream (none for an empty array).
-  /// @throws as copy_to; Error when the synchronization reports a failure.
+  /// @throws as copy_to; Error when the synchronization reports a failure (the vector's
+  /// memory is then kept until the stream has run the copy, which may still happen).
   std::vector<T> to_vector(const StreamRef& stream) const {
     std::vector<T> out(count_);
     if (count_ == 0) return out;
     copy_to(stream, out.data(), count_);
-    stream.synchronize();
+    try {
+      stream.synchronize();
+    } catch (...) {  // the copy may still run: its target outlives it (moving keeps the storage)
+      detail::keep_until_done(stream, std::make_shared<std::vector<T>>(std::move(out)));
+      throw;
+    }
     return out;
   }
   /// Enqueues on `stream` setting every element to `value` (cuMemsetD8Async, D16 or D32 for

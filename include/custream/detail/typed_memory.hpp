@@ -5,6 +5,7 @@
 #include "custream/detail/cuda.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -29,6 +30,12 @@ namespace detail {
 /// @throws Error naming the call and the stream on a driver failure.
 void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
                 std::size_t element_bytes, std::size_t count);
+
+/// Keeps `memory` alive until `stream` has run the work enqueued so far (a host function on it
+/// releases it): the target of a copy whose synchronization failed, which may still run. When
+/// the host function cannot be enqueued either, the memory is never freed (on purpose: whether
+/// the copy still runs is unknown). Never throws.
+void keep_until_done(const StreamRef& stream, std::shared_ptr<void> memory) noexcept;
 
 /// `count * element_bytes`. @throws Error (throw_too_many) when that overflows.
 inline std::size_t array_bytes(const char* call, std::size_t count, std::size_t element_bytes) {
