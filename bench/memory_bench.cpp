@@ -15,7 +15,7 @@
 namespace custream_bench {
 namespace {
 
-constexpr std::size_t kSmall = 4096 / sizeof(float);             // 4 KiB
+constexpr std::size_t kSmall = 4096 / sizeof(float);                      // 4 KiB
 constexpr std::size_t kLarge = (std::size_t{256} << 20) / sizeof(float);  // 256 MiB
 
 /// What the memory cases share, made by the first that runs (never destroyed).
@@ -47,9 +47,9 @@ double gbps(std::size_t bytes, F copy) {
   for (int i = 0; i < 3; ++i) {
     const auto start = std::chrono::steady_clock::now();
     copy();
-    best = std::min(best, std::chrono::duration<double, std::nano>(
-                              std::chrono::steady_clock::now() - start)
-                              .count());
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
   }
   return static_cast<double>(bytes) / best;
 }
@@ -57,7 +57,7 @@ double gbps(std::size_t bytes, F copy) {
 }  // namespace
 
 void add_memory_cases(std::vector<Case>& cases) {
-  Case to_device{"typed copy host→device (4 KiB, pinned)", {}, {}, {}, 256, 61, {},
+  Case to_device{"typed copy host→device (4 KiB, pinned)",      {}, {}, {}, 256, 61, {},
                  "cuMemcpyHtoDAsync (same memory, same stream)"};
   to_device.prepare = [](Case& c) {
     MemoryState& st = state();
@@ -74,7 +74,7 @@ void add_memory_cases(std::vector<Case>& cases) {
   };
   cases.push_back(std::move(to_device));
 
-  Case to_host{"typed copy device→host (4 KiB, pinned)", {}, {}, {}, 256, 61, {},
+  Case to_host{"typed copy device→host (4 KiB, pinned)",      {}, {}, {}, 256, 61, {},
                "cuMemcpyDtoHAsync (same memory, same stream)"};
   to_host.prepare = [](Case& c) {
     MemoryState& st = state();
@@ -92,8 +92,14 @@ void add_memory_cases(std::vector<Case>& cases) {
   cases.push_back(std::move(to_host));
 
   // Bandwidth: one copy each way and a synchronize per iteration; custream within 2 % of raw.
-  Case large{"typed copy 256 MiB pinned, GB/s", {}, {}, {Target::Kind::ratio, 0, 1.02}, 1, 21,
-             {}, "cuMemcpyHtoDAsync + cuMemcpyDtoHAsync + cuStreamSynchronize"};
+  Case large{"typed copy 256 MiB pinned, GB/s",
+             {},
+             {},
+             {Target::Kind::ratio, 0, 1.02},
+             1,
+             21,
+             {},
+             "cuMemcpyHtoDAsync + cuMemcpyDtoHAsync + cuStreamSynchronize"};
   large.prepare = [](Case& c) {
     MemoryState& st = state();
     auto large = std::make_shared<LargeState>();

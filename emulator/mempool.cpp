@@ -182,12 +182,13 @@ void pool_freed(CUdeviceptr p) {
 }
 
 void register_mempool_entries(std::vector<Entry>& out) {
-  out.insert(out.end(), {
-                            EMU_ENTRY(cuDeviceGetDefaultMemPool, 11020, device_get_default_mem_pool),
-                            EMU_ENTRY(cuMemPoolGetAttribute, 11020, mem_pool_get_attribute),
-                            EMU_ENTRY(cuMemPoolSetAttribute, 11020, mem_pool_set_attribute),
-                            EMU_ENTRY(cuMemPoolTrimTo, 11020, mem_pool_trim_to),
-                        });
+  out.insert(out.end(),
+             {
+                 EMU_ENTRY(cuDeviceGetDefaultMemPool, 11020, device_get_default_mem_pool),
+                 EMU_ENTRY(cuMemPoolGetAttribute, 11020, mem_pool_get_attribute),
+                 EMU_ENTRY(cuMemPoolSetAttribute, 11020, mem_pool_set_attribute),
+                 EMU_ENTRY(cuMemPoolTrimTo, 11020, mem_pool_trim_to),
+             });
 }
 
 }  // namespace emu

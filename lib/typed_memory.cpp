@@ -1,6 +1,8 @@
 // Typed memory: pinned host arrays (PinnedArray), the cold paths of DeviceArray, and device
 // memory pools (MemoryPool). What the templates in custream/pinned_array.hpp,
 // device_array.hpp and memory_pool.hpp need out of line: allocation, release, errors.
+#include "custream/detail/typed_memory.hpp"
+
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -8,14 +10,13 @@
 #include <utility>
 
 #include "context.hpp"
-#include "error.hpp"
 #include "custream/context_scope.hpp"
-#include "custream/detail/typed_memory.hpp"
 #include "custream/device_array.hpp"
 #include "custream/error.hpp"
 #include "custream/host_function.hpp"
 #include "custream/memory_pool.hpp"
 #include "custream/pinned_array.hpp"
+#include "error.hpp"
 
 namespace custream {
 
@@ -39,8 +40,7 @@ std::string flags_text(PinnedFlags flags) {
 
 }  // namespace
 
-void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& context,
-                      Context& used) {
+void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& context, Context& used) {
   if (bytes == 0) return nullptr;
   // In `context`, else the current one, else the current device's primary context.
   std::optional<ContextScope> scope;
@@ -55,8 +55,7 @@ void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& conte
     }
   }
   void* p = nullptr;
-  const CUresult r =
-      try_call<&DriverApi::cuMemHostAlloc>(&p, bytes, static_cast<unsigned>(flags));
+  const CUresult r = try_call<&DriverApi::cuMemHostAlloc>(&p, bytes, static_cast<unsigned>(flags));
   if (r != CUDA_SUCCESS) {
     fail<&DriverApi::cuMemHostAlloc>(
         r, context_subject(used.handle()),
@@ -92,14 +91,14 @@ void throw_too_many(const char* call, std::size_t count, std::size_t element_byt
                   std::to_string(element_bytes) + " bytes overflow the address space");
 }
 
-void throw_array_bounds(const char* call, const char* what, const void* array,
-                        std::size_t size, std::size_t offset, std::size_t count) {
-  throw Error(CUDA_ERROR_INVALID_VALUE, call,
-              std::string(what) + " " + pointer_text(array) + " of " + std::to_string(size) +
-                  " elements",
-              "custream refused before calling the driver: " + std::to_string(count) +
-                  " elements at element " + std::to_string(offset) + " do not fit in its " +
-                  std::to_string(size) + " elements");
+void throw_array_bounds(const char* call, const char* what, const void* array, std::size_t size,
+                        std::size_t offset, std::size_t count) {
+  throw Error(
+      CUDA_ERROR_INVALID_VALUE, call,
+      std::string(what) + " " + pointer_text(array) + " of " + std::to_string(size) + " elements",
+      "custream refused before calling the driver: " + std::to_string(count) +
+          " elements at element " + std::to_string(offset) + " do not fit in its " +
+          std::to_string(size) + " elements");
 }
 
 void keep_until_done(const StreamRef& stream, std::shared_ptr<void> memory) noexcept {
@@ -112,12 +111,12 @@ void keep_until_done(const StreamRef& stream, std::shared_ptr<void> memory) noex
   }
 }
 
-void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
-                std::size_t element_bytes, std::size_t count) {
+void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits, std::size_t element_bytes,
+                std::size_t count) {
   switch (element_bytes) {
     case 1:
-      stream_call<&DriverApi::cuMemsetD8Async>(stream, dst, static_cast<unsigned char>(bits),
-                                               count, stream.handle());
+      stream_call<&DriverApi::cuMemsetD8Async>(stream, dst, static_cast<unsigned char>(bits), count,
+                                               stream.handle());
       return;
     case 2:
       stream_call<&DriverApi::cuMemsetD16Async>(stream, dst, static_cast<unsigned short>(bits),
@@ -141,8 +140,8 @@ MemoryPool MemoryPool::device_default(Device device) {
 std::uint64_t MemoryPool::attribute(CUmemPool_attribute attribute) const {
   // RELEASE_THRESHOLD and the *_MEM_* attributes are cuuint64_t.
   cuuint64_t value = 0;
-  detail::call<&DriverApi::cuMemPoolGetAttribute>(detail::device_subject(device_), pool_,
-                                                  attribute, static_cast<void*>(&value));
+  detail::call<&DriverApi::cuMemPoolGetAttribute>(detail::device_subject(device_), pool_, attribute,
+                                                  static_cast<void*>(&value));
   return value;
 }
 

@@ -117,8 +117,8 @@ TEST_CASE("DeviceArray: copies at an offset", "[typed-memory][gpu]") {
   DeviceArray<std::int32_t> a(8);
   a.fill(s, -1);
   const std::vector<std::int32_t> three{10, 11, 12};
-  a.copy_from(s, three, 2);                   // elements 2, 3, 4
-  a.copy_from(s, three.data() + 2, 1, 7);     // the last element
+  a.copy_from(s, three, 2);                // elements 2, 3, 4
+  a.copy_from(s, three.data() + 2, 1, 7);  // the last element
   CHECK(a.to_vector(s) == std::vector<std::int32_t>{-1, -1, 10, 11, 12, -1, -1, 12});
   std::vector<std::int32_t> two(2, 0);
   a.copy_to(s, two, 3);
@@ -138,10 +138,10 @@ TEMPLATE_TEST_CASE("DeviceArray: fill for 1-, 2- and 4-byte elements", "[typed-m
   REQUIRE_DRIVER();
   const Stream s(Device(0), StreamFlags::non_blocking);
   const TestType value = std::is_same_v<TestType, float>           ? TestType(-2.5f)
-                         : std::is_same_v<TestType, std::int16_t> ? TestType(-12345)
+                         : std::is_same_v<TestType, std::int16_t>  ? TestType(-12345)
                          : std::is_same_v<TestType, std::uint16_t> ? TestType(0xbeef)
                          : std::is_same_v<TestType, std::uint8_t>  ? TestType(0xa5)
-                                                                    : TestType(0x01020304);
+                                                                   : TestType(0x01020304);
   // An odd count, so that a fill of the wrong width shows at the end.
   DeviceArray<TestType> a(1001);
   const std::vector<TestType> zeros(1001, TestType(0));
@@ -170,15 +170,14 @@ TEST_CASE("DeviceArray: a copy that does not fit is refused before the driver",
   const std::vector<float> five(5, 9.0f);
   custream_test::expect_error([&] { a.copy_from(s, five); }, CUDA_ERROR_INVALID_VALUE,
                               "5 elements at element 0 do not fit in its 4 elements");
-  custream_test::expect_error([&] { a.copy_from(s, five.data(), 2, 3); },
-                              CUDA_ERROR_INVALID_VALUE,
+  custream_test::expect_error([&] { a.copy_from(s, five.data(), 2, 3); }, CUDA_ERROR_INVALID_VALUE,
                               "2 elements at element 3 do not fit in its 4 elements");
   std::vector<float> out(3);
   custream_test::expect_error([&] { a.copy_to(s, out, 2); }, CUDA_ERROR_INVALID_VALUE,
                               "3 elements at element 2 do not fit");
   // An offset past the end, and one whose sum with the count wraps around.
-  custream_test::expect_error([&] { a.copy_to(s, out.data(), 0, 5); },
-                              CUDA_ERROR_INVALID_VALUE, "0 elements at element 5");
+  custream_test::expect_error([&] { a.copy_to(s, out.data(), 0, 5); }, CUDA_ERROR_INVALID_VALUE,
+                              "0 elements at element 5");
   custream_test::expect_error(
       [&] { a.copy_to(s, out.data(), std::numeric_limits<std::size_t>::max(), 2); },
       CUDA_ERROR_INVALID_VALUE, "do not fit in its 4 elements");
@@ -219,8 +218,7 @@ TEST_CASE("DeviceArray: zero-count arrays", "[typed-memory][gpu]") {
   s.synchronize();
   // One element does not fit in none: the message says so (not an overflow).
   const std::vector<int> one{1};
-  custream_test::expect_error([&] { a.copy_from(s, one); },
-                              CUDA_ERROR_INVALID_VALUE,
+  custream_test::expect_error([&] { a.copy_from(s, one); }, CUDA_ERROR_INVALID_VALUE,
                               "1 elements at element 0 do not fit in its 0 elements");
   // A count whose bytes overflow names the element size.
   custream_test::expect_error(
@@ -237,9 +235,9 @@ TEST_CASE("DeviceArray: a moved-from array is empty", "[typed-memory][gpu]") {
   DeviceArray<int> b(std::move(a));
   CHECK(b.get() == p);
   CHECK(b.size() == 16);
-  CHECK(a.get() == 0);     // NOLINT(bugprone-use-after-move): what a moved-from array is
-  CHECK(a.size() == 0);    // NOLINT(bugprone-use-after-move)
-  CHECK(a.empty());        // NOLINT(bugprone-use-after-move)
+  CHECK(a.get() == 0);   // NOLINT(bugprone-use-after-move): what a moved-from array is
+  CHECK(a.size() == 0);  // NOLINT(bugprone-use-after-move)
+  CHECK(a.empty());      // NOLINT(bugprone-use-after-move)
   const std::vector<int> one{1};
   custream_test::expect_error([&] { a.copy_from(s, one); }, CUDA_ERROR_INVALID_VALUE,
                               "do not fit in its 0 elements");
@@ -266,10 +264,10 @@ TEST_CASE("DeviceArray: a stream-ordered array destroyed before its stream ran t
     DeviceArray<float> a(n, s);
     CHECK(pool.used_bytes() >= used_before + n * sizeof(float));
     a.copy_from(s, in);
-    a.fill(s, 0.0f);        // overwritten below: order shows in the data
+    a.fill(s, 0.0f);  // overwritten below: order shows in the data
     a.copy_from(s, in);
     a.copy_to(s, out);
-  }  // freed on s (cuMemFreeAsync), behind the held work
+  }                       // freed on s (cuMemFreeAsync), behind the held work
   CHECK(out[1] == 0.0f);  // nothing ran yet
   gate.open();
   s.synchronize();
@@ -279,8 +277,7 @@ TEST_CASE("DeviceArray: a stream-ordered array destroyed before its stream ran t
   if (custream_test::emulated()) CHECK(custream_test::emu_live_objects() == live_before);
 }
 
-TEST_CASE("PinnedArray: mapped memory has a device pointer a copy uses",
-          "[typed-memory][gpu]") {
+TEST_CASE("PinnedArray: mapped memory has a device pointer a copy uses", "[typed-memory][gpu]") {
   REQUIRE_DRIVER();
   const Stream s(Device(0), StreamFlags::non_blocking);
   PinnedArray<std::uint32_t> mapped(256, PinnedFlags::mapped | PinnedFlags::portable);

@@ -88,9 +88,8 @@ int run() {
     const std::vector<float> c = z.to_vector(stream);  // copies back and synchronizes
     for (int i = 0; i < n; ++i) {
       if (c[i] != a[i] + b[i]) {
-        return example::fail("device " + std::to_string(d) + ": c[" + std::to_string(i) +
-                             "] = " + std::to_string(c[i]) + ", expected " +
-                             std::to_string(a[i] + b[i]));
+        return example::fail("device " + std::to_string(d) + ": c[" + std::to_string(i) + "] = " +
+                             std::to_string(c[i]) + ", expected " + std::to_string(a[i] + b[i]));
       }
     }
     std::printf("device %d (%s): %d sums right\n", d, device.name().c_str(), n);

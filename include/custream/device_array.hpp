@@ -17,7 +17,6 @@
 
 namespace custream {
 
-
 /// `count` elements of T in device memory, over a DeviceBuffer: plain (cuMemAlloc) or
 /// stream-ordered (cuMemAllocAsync on a Stream, freed on that stream after its last use, also
 /// when the array is destroyed before that work has run). Copies to and from host memory are
@@ -104,9 +103,8 @@ class DeviceArray {
     if (count == 0) return;
     const CUdeviceptr dst = get() + offset * sizeof(T);
     const std::size_t n = count * sizeof(T);
-    detail::stream_call<&detail::DriverApi::cuMemcpyHtoDAsync>(stream, dst,
-                                                               static_cast<const void*>(src), n,
-                                                               stream.handle());
+    detail::stream_call<&detail::DriverApi::cuMemcpyHtoDAsync>(
+        stream, dst, static_cast<const void*>(src), n, stream.handle());
   }
   /// Enqueues a copy of every element of `host` (a contiguous container of T: std::vector,
   /// std::array, PinnedArray, …) to elements [offset, offset + host.size()).
@@ -130,8 +128,8 @@ class DeviceArray {
     if (count == 0) return;
     const CUdeviceptr src = get() + offset * sizeof(T);
     const std::size_t n = count * sizeof(T);
-    detail::stream_call<&detail::DriverApi::cuMemcpyDtoHAsync>(stream, static_cast<void*>(dst),
-                                                               src, n, stream.handle());
+    detail::stream_call<&detail::DriverApi::cuMemcpyDtoHAsync>(stream, static_cast<void*>(dst), src,
+                                                               n, stream.handle());
   }
   /// Enqueues a copy of elements [offset, offset + host.size()) into `host` (a contiguous
   /// container of T). @throws as copy_to(stream, pointer, count, offset).
@@ -178,8 +176,8 @@ class DeviceArray {
   }
   void check(std::size_t count, std::size_t offset, const char* call) const {
     if (offset > count_ || count > count_ - offset) {
-      detail::throw_array_bounds(call, "device array", reinterpret_cast<const void*>(get()),
-                                 count_, offset, count);
+      detail::throw_array_bounds(call, "device array", reinterpret_cast<const void*>(get()), count_,
+                                 offset, count);
     }
   }
 

@@ -17,8 +17,7 @@ namespace detail {
 /// `bytes` of pinned host memory (cuMemHostAlloc in `context`, or, when it is empty, the
 /// current context, else the current device's primary context); the context it used is
 /// returned in `used`. @throws Error naming cuMemHostAlloc, the size and the flags.
-void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& context,
-                      Context& used);
+void* pinned_allocate(std::size_t bytes, PinnedFlags flags, const Context& context, Context& used);
 /// cuMemFreeHost; a failure goes to the release-error handler.
 void pinned_free(void* p) noexcept;
 /// The device address of mapped pinned memory (cuMemHostGetDevicePointer in `context`; 0 for

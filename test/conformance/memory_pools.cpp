@@ -52,8 +52,7 @@ TEST_CASE("cuDeviceGetDefaultMemPool: one pool per device, the same every time",
   CU_EQ(api().cuDeviceGetDefaultMemPool(&pool, driver().device_count), CUDA_ERROR_INVALID_DEVICE);
 }
 
-TEST_CASE("memory pool: the release threshold is stored; 0 by default",
-          "[conformance][mempool]") {
+TEST_CASE("memory pool: the release threshold is stored; 0 by default", "[conformance][mempool]") {
   REQUIRE_MEMPOOLS();
   const CUmemoryPool pool = default_pool(0);
   ThresholdGuard guard(pool);

@@ -28,8 +28,8 @@ namespace detail {
 /// Enqueues the fill of `count` elements of `element_bytes` (1, 2 or 4) at `dst` with the
 /// bit pattern `bits` (cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async).
 /// @throws Error naming the call and the stream on a driver failure.
-void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits,
-                std::size_t element_bytes, std::size_t count);
+void array_fill(const StreamRef& stream, CUdeviceptr dst, unsigned bits, std::size_t element_bytes,
+                std::size_t count);
 
 /// Keeps `memory` alive until `stream` has run the work enqueued so far (a host function on it
 /// releases it): the target of a copy whose synchronization failed, which may still run. When
@@ -52,13 +52,11 @@ inline constexpr bool is_host_container_v = false;
 template <typename C>
 inline constexpr bool is_host_container_v<
     C, std::void_t<decltype(std::declval<C&>().data()), decltype(std::declval<C&>().size())>> =
-    std::is_class_v<std::remove_cv_t<C>> &&
-    std::is_pointer_v<decltype(std::declval<C&>().data())>;
+    std::is_class_v<std::remove_cv_t<C>> && std::is_pointer_v<decltype(std::declval<C&>().data())>;
 
 /// The element type of host container `C` (what data() points to, without const).
 template <typename C>
-using host_element_t =
-    std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<C&>().data())>>;
+using host_element_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<C&>().data())>>;
 
 }  // namespace detail
 }  // namespace custream
