@@ -72,7 +72,7 @@ void pinned_free(void* p) noexcept {
 
 CUdeviceptr pinned_device_pointer(void* p, PinnedFlags flags, const Context& context) {
   if ((flags & PinnedFlags::mapped) == PinnedFlags::none) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::PinnedArray::device_pointer",
+    throw_error(CUDA_ERROR_INVALID_VALUE, "custream::PinnedArray::device_pointer",
                 "pinned host memory " + pointer_text(p),
                 "custream refused: it was allocated without PinnedFlags::mapped (flags " +
                     flags_text(flags) + "), so the device cannot address it");
@@ -86,14 +86,14 @@ CUdeviceptr pinned_device_pointer(void* p, PinnedFlags flags, const Context& con
 }
 
 void throw_too_many(const char* call, std::size_t count, std::size_t element_bytes) {
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, {},
+  throw_error(CUDA_ERROR_INVALID_VALUE, call, {},
               "custream refused: " + std::to_string(count) + " elements of " +
                   std::to_string(element_bytes) + " bytes overflow the address space");
 }
 
 void throw_array_bounds(const char* call, const char* what, const void* array, std::size_t size,
                         std::size_t offset, std::size_t count) {
-  throw Error(
+  throw_error(
       CUDA_ERROR_INVALID_VALUE, call,
       std::string(what) + " " + pointer_text(array) + " of " + std::to_string(size) + " elements",
       "custream refused before calling the driver: " + std::to_string(count) +
