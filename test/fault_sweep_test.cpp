@@ -739,31 +739,6 @@ std::vector<Operation> operations() {
     moved = std::move(elsewhere);  // frees its own allocation first
     moved.reset();
   });
-  add("typed memory: DeviceArray (plain, stream-ordered), PinnedArray, fills, memory pool", [] {
-    Stream s(custream::StreamFlags::non_blocking);
-    // Pinned memory: its free waits for the work that may still use it (a failure may throw
-    // before the synchronize below).
-    custream::PinnedArray<std::uint32_t> host(64, custream::PinnedFlags::mapped);
-    custream::DeviceArray<std::uint32_t> plain(64), ordered(64, s);
-    custream::DeviceArray<std::uint16_t> halves(64, s);
-    custream::DeviceArray<unsigned char> bytes(64, s);
-    const custream::DeviceArray<unsigned char> elsewhere(64, custream::Device(other_device()));
-    plain.copy_from(s, host);
-    bytes.fill(s, static_cast<unsigned char>(1));
-    ordered.fill(s, 7u);
-    halves.fill(s, std::uint16_t{9});
-    ordered.copy_to(s, host);
-    expect(plain.to_vector(s).size() == 64, "to_vector's size");
-    expect(host[63] == 7u, "the 32-bit fill copied back");
-    (void)host.device_pointer();
-    const custream::MemoryPool pool = custream::MemoryPool::device_default(custream::Device(0));
-    const std::uint64_t threshold = pool.release_threshold();
-    pool.set_release_threshold(threshold);
-    (void)pool.used_bytes();
-    (void)pool.reserved_bytes();
-    pool.trim_to(0);
-    custream::DeviceArray<std::uint32_t> moved(std::move(ordered));
-  });
   add(
       "memory: stream-ordered on the null stream, freed with no current context",
       [] {
@@ -1131,6 +1106,31 @@ std::vector<Operation> operations() {
       if (e.result() != CUDA_ERROR_INVALID_VALUE) throw;
       expect(!e.description().empty(), "the description");
     }
+  });
+  add("typed memory: DeviceArray (plain, stream-ordered), PinnedArray, fills, memory pool", [] {
+    Stream s(custream::StreamFlags::non_blocking);
+    // Pinned memory: its free waits for the work that may still use it (a failure may throw
+    // before the synchronize below).
+    custream::PinnedArray<std::uint32_t> host(64, custream::PinnedFlags::mapped);
+    custream::DeviceArray<std::uint32_t> plain(64), ordered(64, s);
+    custream::DeviceArray<std::uint16_t> halves(64, s);
+    custream::DeviceArray<unsigned char> bytes(64, s);
+    const custream::DeviceArray<unsigned char> elsewhere(64, custream::Device(other_device()));
+    plain.copy_from(s, host);
+    bytes.fill(s, static_cast<unsigned char>(1));
+    ordered.fill(s, 7u);
+    halves.fill(s, std::uint16_t{9});
+    ordered.copy_to(s, host);
+    expect(plain.to_vector(s).size() == 64, "to_vector's size");
+    expect(host[63] == 7u, "the 32-bit fill copied back");
+    (void)host.device_pointer();
+    const custream::MemoryPool pool = custream::MemoryPool::device_default(custream::Device(0));
+    const std::uint64_t threshold = pool.release_threshold();
+    pool.set_release_threshold(threshold);
+    (void)pool.used_bytes();
+    (void)pool.reserved_bytes();
+    pool.trim_to(0);
+    custream::DeviceArray<std::uint32_t> moved(std::move(ordered));
   });
   return ops;
 }
