@@ -18,8 +18,8 @@
 namespace custream {
 
 /// `count` elements of T in device memory, over a DeviceBuffer: plain (cuMemAlloc) or
-/// stream-ordered (cuMemAllocAsync on a Stream, freed on that stream after its last use, also
-/// when the array is destroyed before that work has run). Copies to and from host memory are
+/// stream-ordered (cuMemAllocAsync on a Stream, freed there with cuMemFreeAsync after the work
+/// enqueued on that stream before the array died, also when that work has not run yet). Copies to and from host memory are
 /// typed and bounds-checked: a host container of another element type does not compile, and
 /// a copy past the end is refused before the driver is called. Each copy is one driver call
 /// (cuMemcpyHtoDAsync / cuMemcpyDtoHAsync) on the stream given; from pinned memory
@@ -48,7 +48,8 @@ class DeviceArray {
   /// No memory.
   DeviceArray() noexcept = default;
   /// `count` elements on the current device (none allocated for 0).
-  /// @throws Error on a driver failure.
+  /// @throws Error on a driver failure; Error (CUDA_ERROR_INVALID_VALUE) refused by custream
+  /// when `count` elements of T overflow the address space (so do the constructors below).
   explicit DeviceArray(std::size_t count)
       : buffer_(count ? DeviceBuffer(bytes_for(count)) : DeviceBuffer()), count_(count) {}
   /// `count` elements on `device`. @throws Error on a driver failure.
