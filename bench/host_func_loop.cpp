@@ -1,8 +1,8 @@
 // What extra work costs inside a loop of back-to-back cuLaunchHostFunc calls: the evidence
-// behind docs/performance.md "What does not pass". Each variant enqueues 256 host functions
-// per batch (then an untimed synchronize); the variants run round-robin, the order rotating
-// every round, in one process; each figure is the median of its batch means, and the paired
-// column the median of per-round differences against the raw call.
+// behind docs/performance.md "Host functions: the capture check". Each variant enqueues 256
+// host functions per batch (then an untimed synchronize); the variants run round-robin, the
+// order rotating every round, in one process; each figure is the median of its batch means, and
+// the paired column the median of per-round differences against the raw call.
 //
 //   ./build/bench/custream-host-func-loop [ROUNDS]   (default 301; on a GPU, not the emulator)
 #include <atomic>

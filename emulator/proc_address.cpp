@@ -50,6 +50,15 @@ CUresult get_proc_address_v1(const char* symbol, void** pfn, int version, cuuint
   return get_proc_address_v2(symbol, pfn, version, flags, nullptr);
 }
 
+// NVRTC (and the CUDA runtime) open libcuda.so.1 themselves and ask it for NVIDIA's private
+// export tables; in a process that loaded the emulator, that name is the emulator. It has no
+// such tables: it says so, and NVRTC compiles without them.
+CUresult get_export_table(const void** table, const CUuuid* id) {
+  if (table) *table = nullptr;
+  (void)id;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 using Table = std::unordered_map<std::string, std::vector<Entry>>;
 
 const Table& table() {
@@ -61,6 +70,7 @@ const Table& table() {
         EMU_ENTRY(cuGetErrorString, 6000, get_error_string),
         EMU_ENTRY(cuGetProcAddress, 11030, get_proc_address_v1),
         EMU_ENTRY(cuGetProcAddress, 12000, get_proc_address_v2),
+        EMU_ENTRY(cuGetExportTable, 3000, get_export_table),
     };
     register_context_entries(all);
     register_stream_entries(all);

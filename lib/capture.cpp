@@ -77,8 +77,7 @@ std::uint64_t take_capture_epoch(StreamRef s) {
 
 void begin_capture(StreamRef s, CaptureMode mode) {
   if (s.handle() == nullptr || s.handle() == CU_STREAM_LEGACY) {  // invariant 2
-    detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "custream::begin_capture",
-                               s,
+    detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "custream::begin_capture", s,
                                "custream refused it without calling the driver: the null and "
                                "legacy streams cannot be captured; use a created stream or "
                                "Stream::per_thread()");
@@ -95,7 +94,7 @@ void begin_capture(StreamRef s, CaptureMode mode) {
   }
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(
-        r, "cuStreamBeginCapture", s,
+        r, detail::EntryInfo<&DriverApi::cuStreamBeginCapture>::name, s,
         r == CUDA_ERROR_ILLEGAL_STATE ? "the stream is already capturing" : "");
   }
 }
@@ -114,7 +113,8 @@ detail::CapturedGraph detail::end_capture_graph(StreamRef s) {
   if (r != CUDA_SUCCESS) {
     // The driver returns no graph on failure (invariant 3); be safe if one came anyway.
     if (graph != nullptr) detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
-    detail::throw_stream_error(r, "cuStreamEndCapture", s, end_capture_advice(r));
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamEndCapture>::name, s,
+                               end_capture_advice(r));
   }
   return {graph, since};
 }
@@ -146,7 +146,7 @@ bool is_capturing(StreamRef s) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   if (CUresult r = query_capture(s, &status, &id); r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuStreamGetCaptureInfo", s);
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamGetCaptureInfo>::name, s);
   }
   if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
     detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
@@ -161,7 +161,7 @@ unsigned long long capture_id(StreamRef s) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   if (CUresult r = query_capture(s, &status, &id); r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuStreamGetCaptureInfo", s);
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamGetCaptureInfo>::name, s);
   }
   return status == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : id;
 }
@@ -184,7 +184,8 @@ void discard_capture(StreamRef s) noexcept {
   } catch (const Error& e) {  // no context could be made current for a special handle
     r = e.result();
   }
-  detail::report_release_failure(r, "cuStreamEndCapture", "stream", s.handle());
+  detail::report_release_failure(r, detail::EntryInfo<&DriverApi::cuStreamEndCapture>::name,
+                                 "stream", s.handle());
   if (r == CUDA_SUCCESS && graph != nullptr) {
     detail::free_run_once_nodes(graph);
     detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph);
@@ -218,8 +219,9 @@ CaptureScope::~CaptureScope() {
   if (active_) {
     const CaptureInfo info = capture_info(stream_);
     if (info.result != CUDA_SUCCESS) {  // unknown whether it is ours: leave it, and say so
-      detail::report_release_failure(info.result, "cuStreamGetCaptureInfo", "stream",
-                                     stream_.handle());
+      detail::report_release_failure(info.result,
+                                     detail::EntryInfo<&DriverApi::cuStreamGetCaptureInfo>::name,
+                                     "stream", stream_.handle());
     } else if (info.status != CaptureStatus::none && info.id == id_) {
       discard_capture(stream_);
     }

@@ -17,6 +17,7 @@
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/sm_resource.hpp"
+#include "event.hpp"
 #include "fork_safe.hpp"
 #include "nvtx.hpp"
 
@@ -39,9 +40,9 @@ int ordinal_of(const Loaded& l, CUdevice device) {
   for (int i = 0; i < l.device_count; ++i) {
     if (l.devices[i].device == device) return i;
   }
-  throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::detail::device_of_context", {},
-              "the driver reported CUdevice " + std::to_string(device) +
-                  ", which cuDeviceGet did not list");
+  detail::throw_error(CUDA_ERROR_INVALID_DEVICE, "custream::detail::device_of_context", {},
+                      "the driver reported CUdevice " + std::to_string(device) +
+                          ", which cuDeviceGet did not list");
 }
 }  // namespace
 
@@ -274,8 +275,8 @@ Subject subject_of(CUcontext context, int device) noexcept {
 
 const Context& nonempty(const Context& context, const char* call) {
   if (!context) {
-    throw Error(CUDA_ERROR_INVALID_CONTEXT, call, "empty custream::Context",
-                "the Context holds no context (default-constructed or moved from)");
+    detail::throw_error(CUDA_ERROR_INVALID_CONTEXT, call, "empty custream::Context",
+                        "the Context holds no context (default-constructed or moved from)");
   }
   return context;
 }
@@ -330,7 +331,8 @@ Context Context::create(const Device& device, unsigned flags, std::string_view n
   detail::entry<&DriverApi::cuCtxPopCurrent>(l.api);
   auto owner = std::make_unique<detail::ContextOwner>();  // first: a failure leaks nothing
   CUcontext context = nullptr;
-  if (CUresult r = l.api.cuCtxCreate(&context, flags, device.handle()); r != CUDA_SUCCESS) {
+  if (CUresult r = detail::try_call<&DriverApi::cuCtxCreate>(&context, flags, device.handle());
+      r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuCtxCreate>(r, detail::device_subject(device.ordinal()),
                                           "flags " + std::to_string(flags));
   }
@@ -376,20 +378,21 @@ namespace {
 // The driver's descriptions of `sms`: one device's non-empty groups, else Error.
 std::vector<CUdevResource> group_resources(const std::vector<SmResource>& sms) {
   if (sms.empty()) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green", {},
-                "no SM groups given (split them with Device::split_sms)");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green", {},
+                        "no SM groups given (split them with Device::split_sms)");
   }
   const int device = sms.front().device_id();
   std::vector<CUdevResource> resources;
   for (const SmResource& group : sms) {
     if (group.device_id() != device || group.sm_count() == 0) {
-      throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green",
-                  detail::subject_text(detail::device_subject(device)),
-                  group.sm_count() == 0
-                      ? std::string("an SM group is empty")
-                      : "an SM group belongs to device " + std::to_string(group.device_id()) +
-                            ", another to device " + std::to_string(device) +
-                            "; a green context has the SMs of one device");
+      detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Context::create_green",
+                          detail::subject_text(detail::device_subject(device)),
+                          group.sm_count() == 0
+                              ? std::string("an SM group is empty")
+                              : "an SM group belongs to device " +
+                                    std::to_string(group.device_id()) + ", another to device " +
+                                    std::to_string(device) +
+                                    "; a green context has the SMs of one device");
     }
     resources.push_back(group.native());
   }
@@ -495,7 +498,8 @@ std::size_t Context::clear_green_cache() noexcept {
 
 Context Context::wrap(CUcontext context) {
   if (context == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {}, "the CUcontext is null");
+    detail::throw_error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {},
+                        "the CUcontext is null");
   }
   const detail::Loaded& l = detail::loaded();
   if (const int d = detail::known_primary_device(l, context); d >= 0) {
@@ -517,8 +521,8 @@ Context Context::wrap(CUcontext context) {
 
 Context Context::wrap(CUgreenCtx green) {
   if (green == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {},
-                "the CUgreenCtx is null");
+    detail::throw_error(CUDA_ERROR_INVALID_CONTEXT, "custream::Context::wrap", {},
+                        "the CUgreenCtx is null");
   }
   CUcontext context = nullptr;
   detail::call<&DriverApi::cuCtxFromGreenCtx>({detail::Subject::What::context, green, -1}, &context,
@@ -547,7 +551,10 @@ void Context::record(const Event& event) const {
                                        : detail::try_call<&DriverApi::cuCtxRecordEvent>(
                                              static_cast<CUcontext>(handle_), event.handle());
   if (r != CUDA_SUCCESS) {
-    detail::throw_error(r, green_ != nullptr ? "cuGreenCtxRecordEvent" : "cuCtxRecordEvent",
+    detail::throw_error(r,
+                        green_ != nullptr
+                            ? detail::EntryInfo<&DriverApi::cuGreenCtxRecordEvent>::name
+                            : detail::EntryInfo<&DriverApi::cuCtxRecordEvent>::name,
                         to_string(), detail::event_text(event));
   }
   event.mark_recorded();
@@ -560,7 +567,9 @@ void Context::wait(const Event& event) const {
                                        : detail::try_call<&DriverApi::cuCtxWaitEvent>(
                                              static_cast<CUcontext>(handle_), event.handle());
   if (r != CUDA_SUCCESS) {
-    detail::throw_error(r, green_ != nullptr ? "cuGreenCtxWaitEvent" : "cuCtxWaitEvent",
+    detail::throw_error(r,
+                        green_ != nullptr ? detail::EntryInfo<&DriverApi::cuGreenCtxWaitEvent>::name
+                                          : detail::EntryInfo<&DriverApi::cuCtxWaitEvent>::name,
                         to_string(), detail::event_text(event));
   }
 }

@@ -14,8 +14,9 @@
 
 namespace custream::detail {
 
-/// "event 0x… (device N) of context 0x… (primary)": an event and the context it was made in.
-std::string event_text(const Event& event);
+/// The ordinal of the current device (Device::current() without building a Device).
+/// @throws Error.
+int current_device_ordinal(const Loaded& l);
 
 /// `context`, unless it is empty: then throws Error (CUDA_ERROR_INVALID_CONTEXT) naming `call`.
 const Context& nonempty(const Context& context, const char* call);

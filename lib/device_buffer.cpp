@@ -39,7 +39,8 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& stream)
                                                  : detail::primary_context(l, device));
   if (CUresult r = detail::try_call<&DriverApi::cuMemAllocAsync>(&ptr_, bytes, stream.handle());
       r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuMemAllocAsync", stream, std::to_string(bytes) + " bytes");
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuMemAllocAsync>::name, stream,
+                               std::to_string(bytes) + " bytes");
   }
 }
 

@@ -146,28 +146,34 @@ const Loaded* try_load(LoaderState& state) {
   if ((state.failure = resolve_entries(gpa, loaded->library, loaded->api))) return nullptr;
 
   const DriverApi& api = loaded->api;
-  if (CUresult r = api.cuInit(0); r != CUDA_SUCCESS) {
-    state.failure = Error(r, "cuInit", {}, "the CUDA driver " + loaded->library + " did not start");
+  // The loader's calls are raw: g_loaded is not published yet, so the call layer has no
+  // table to call through.
+  if (CUresult r = api.cuInit(0); r != CUDA_SUCCESS) {  // raw: loading
+    state.failure = Error(r, EntryInfo<&DriverApi::cuInit>::name, {},
+                          "the CUDA driver " + loaded->library + " did not start");
     return nullptr;
   }
-  if (CUresult r = api.cuDriverGetVersion(&loaded->version); r != CUDA_SUCCESS) {
-    state.failure = Error(r, "cuDriverGetVersion", {});
+  if (CUresult r = api.cuDriverGetVersion(&loaded->version); r != CUDA_SUCCESS) {  // raw: loading
+    state.failure = Error(r, EntryInfo<&DriverApi::cuDriverGetVersion>::name, {});
     return nullptr;
   }
-  if (CUresult r = api.cuDeviceGetCount(&loaded->device_count); r != CUDA_SUCCESS) {
-    state.failure = Error(r, "cuDeviceGetCount", {});
+  if (CUresult r = api.cuDeviceGetCount(&loaded->device_count);  // raw: loading
+      r != CUDA_SUCCESS) {
+    state.failure = Error(r, EntryInfo<&DriverApi::cuDeviceGetCount>::name, {});
     return nullptr;
   }
   if (loaded->device_count < 0) {
-    state.failure = Error(CUDA_ERROR_UNKNOWN, "cuDeviceGetCount", {},
+    state.failure = Error(CUDA_ERROR_UNKNOWN, EntryInfo<&DriverApi::cuDeviceGetCount>::name, {},
                           "the CUDA driver " + loaded->library + " reported " +
                               std::to_string(loaded->device_count) + " devices");
     return nullptr;
   }
   loaded->devices = std::make_unique<DeviceSlot[]>(loaded->device_count);
   for (int i = 0; i < loaded->device_count; ++i) {
-    if (CUresult r = api.cuDeviceGet(&loaded->devices[i].device, i); r != CUDA_SUCCESS) {
-      state.failure = Error(r, "cuDeviceGet", "device " + std::to_string(i));
+    if (CUresult r = api.cuDeviceGet(&loaded->devices[i].device, i);  // raw: loading
+        r != CUDA_SUCCESS) {
+      state.failure =
+          Error(r, EntryInfo<&DriverApi::cuDeviceGet>::name, "device " + std::to_string(i));
       return nullptr;
     }
   }
@@ -214,13 +220,13 @@ const DriverEntry* driver_entries(std::size_t* count) noexcept {
 void throw_missing_entry(const char* field) {
   for (const DriverEntry& entry : kEntries) {
     if (std::string_view(entry.field) == field) {
-      throw Error(CUDA_ERROR_NOT_SUPPORTED, entry.symbol, {},
+      throw_error(CUDA_ERROR_NOT_SUPPORTED, entry.symbol, {},
                   "this feature needs a CUDA driver >= " + version_text(entry.version) + " (ABI " +
                       std::to_string(entry.version) + "); the loaded driver is " +
                       version_text(loaded().version));
     }
   }
-  throw Error(CUDA_ERROR_NOT_SUPPORTED, field, {}, "the loaded CUDA driver lacks it");
+  throw_error(CUDA_ERROR_NOT_SUPPORTED, field, {}, "the loaded CUDA driver lacks it");
 }
 
 }  // namespace custream::detail
@@ -247,25 +253,25 @@ bool driver_available() noexcept {
 
 void use_driver_entry_point(PFN_cuGetProcAddress_v12000 get_proc_address) {
   if (get_proc_address == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
-                "the cuGetProcAddress pointer is null");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                        "the cuGetProcAddress pointer is null");
   }
   detail::LoaderState& state = detail::loader_state();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (state.attempted) {
     const bool loaded = detail::g_loaded.load(std::memory_order_acquire) != nullptr;
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
-                loaded ? std::string("the driver was already loaded; call this before any "
-                                     "other custream function")
-                       : "the driver load was already attempted and failed (" +
-                             (state.failure ? std::string(state.failure->what())
-                                            : std::string("out of memory")) +
-                             "); call this before any other custream function");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                        loaded ? std::string("the driver was already loaded; call this before any "
+                                             "other custream function")
+                               : "the driver load was already attempted and failed (" +
+                                     (state.failure ? std::string(state.failure->what())
+                                                    : std::string("out of memory")) +
+                                     "); call this before any other custream function");
   }
   if (state.user_get_proc_address == get_proc_address) return;  // the same one again
   if (state.user_get_proc_address != nullptr) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
-                "another cuGetProcAddress was already handed over; custream uses one");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::use_driver_entry_point", {},
+                        "another cuGetProcAddress was already handed over; custream uses one");
   }
   state.user_get_proc_address = get_proc_address;
 }

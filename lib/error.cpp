@@ -18,7 +18,8 @@ namespace {
 std::string description_of(CUresult result) {
   if (const detail::Loaded* l = detail::g_loaded.load(std::memory_order_acquire)) {
     const char* text = nullptr;
-    if (l->api.cuGetErrorString(result, &text) == CUDA_SUCCESS && text != nullptr) return text;
+    const CUresult r = l->api.cuGetErrorString(result, &text);  // raw: describing an error
+    if (r == CUDA_SUCCESS && text != nullptr) return text;
   }
   const char* text = detail::result_description(result);
   return text ? text : "unknown CUDA error code";

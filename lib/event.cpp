@@ -10,6 +10,7 @@
 #include "custream/current_stream.hpp"
 #include "custream/error.hpp"
 #include "custream/stream.hpp"
+#include "event.hpp"
 #include "nvtx.hpp"
 #include "shared.hpp"
 
@@ -49,7 +50,7 @@ EventFlags checked(EventFlags flags) {
   constexpr unsigned kKnown = static_cast<unsigned>(EventFlags::blocking_sync | EventFlags::timing |
                                                     EventFlags::interprocess);
   if (const unsigned unknown = static_cast<unsigned>(flags) & ~kKnown; unknown != 0) {
-    throw Error(
+    detail::throw_error(
         CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
         "unknown EventFlags bits " +
             detail::pointer_text(reinterpret_cast<void*>(static_cast<std::uintptr_t>(unknown))) +
@@ -57,8 +58,8 @@ EventFlags checked(EventFlags flags) {
   }
   if ((flags & EventFlags::interprocess) != EventFlags::none &&
       (flags & EventFlags::timing) != EventFlags::none) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
-                "an interprocess event cannot keep timing; drop EventFlags::timing");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Event", {},
+                        "an interprocess event cannot keep timing; drop EventFlags::timing");
   }
   return flags;
 }
@@ -103,9 +104,10 @@ Event::Event(const Context& context, EventFlags flags, std::string_view name)
 
 void Event::set_name(std::string_view name) const {
   if (!owner_) {
-    throw Error(CUDA_ERROR_INVALID_HANDLE, "custream::Event::set_name", {},
-                "custream refused it without calling the driver or NVTX: the Event is empty "
-                "(moved from)");
+    detail::throw_error(
+        CUDA_ERROR_INVALID_HANDLE, "custream::Event::set_name", {},
+        "custream refused it without calling the driver or NVTX: the Event is empty "
+        "(moved from)");
   }
   owner_.get()->named.store(true, std::memory_order_relaxed);  // forgotten when destroyed
   detail::set_name(detail::Named::event, handle_, name);
@@ -168,7 +170,7 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     }
   }
   if (why.empty() && r == CUDA_ERROR_NOT_READY) why = "an event has not completed yet";
-  detail::throw_error(r, "cuEventElapsedTime",
+  detail::throw_error(r, detail::EntryInfo<&DriverApi::cuEventElapsedTime>::name,
                       detail::subject_text(event_subject(start.handle_, start.device_)) + " -> " +
                           detail::subject_text(event_subject(end.handle_, end.device_)),
                       why);
@@ -176,9 +178,10 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 
 CUipcEventHandle Event::ipc_handle() const {
   if ((flags_ & EventFlags::interprocess) == EventFlags::none) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "cuIpcGetEventHandle",
-                detail::subject_text(event_subject(handle_, device_)),
-                "the event was not created with EventFlags::interprocess");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE,
+                        detail::EntryInfo<&DriverApi::cuIpcGetEventHandle>::name,
+                        detail::subject_text(event_subject(handle_, device_)),
+                        "the event was not created with EventFlags::interprocess");
   }
   const detail::Loaded& l = detail::loaded();
   detail::entry<&DriverApi::cuIpcGetEventHandle>(l.api);  // an older driver: say so first

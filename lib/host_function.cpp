@@ -16,6 +16,7 @@
 #include "custream/host_function_error_handler.hpp"
 #include "driver.hpp"
 #include "handler_slot.hpp"
+#include "support/task_ptr.hpp"
 
 namespace custream {
 
@@ -34,14 +35,16 @@ void report(const HostFunctionError& error) noexcept {
 
 void detail::report_host_function_error(const HostFunctionError& error) noexcept { report(error); }
 
+namespace detail {
+// A host task released unrun (TaskPtr): its destroy, which frees it.
+inline void release_task(HostTask* task) noexcept { task->destroy(task); }
+}  // namespace detail
+
 namespace {
 
 // --- Trampolines: run on the driver's host-function thread (invariant 5) ---
 
-struct TaskDeleter {
-  void operator()(detail::HostTask* task) const noexcept { task->destroy(task); }
-};
-using TaskPtr = std::unique_ptr<detail::HostTask, TaskDeleter>;
+using HostTaskPtr = detail::TaskPtr<detail::HostTask>;
 
 void run(detail::HostTask& task, CUresult status) noexcept {
   try {
@@ -107,7 +110,7 @@ Attached give_to_graph(CUgraph graph, detail::HostTask* task, bool release_objec
 }
 
 // Attaches `task` to `graph` and enqueues it as a host node (invariant 3).
-void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph graph) {
+void launch_captured(StreamRef s, HostTaskPtr task, CUgraph graph) {
   task->captured = true;
   detail::HostTask* raw = task.get();
   const Attached attached = give_to_graph(graph, raw, true);
@@ -116,9 +119,9 @@ void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph gr
     detail::throw_stream_error(attached.result, attached.call, s,
                                "the host function was not enqueued; it is destroyed");
   }
-  const CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw);
+  const CUresult r = detail::try_call<&DriverApi::cuLaunchHostFunc>(s.handle(), &run_captured, raw);
   if (r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuLaunchHostFunc", s,
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuLaunchHostFunc>::name, s,
                                "the host function was not captured; the capture graph owns it "
                                "and destroys it with itself");
   }
@@ -128,17 +131,22 @@ void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph gr
 // `first` and `status`: for a special handle with no current context, makes the current
 // device's primary context current in `scope` (kept for the enqueueing call that follows)
 // and asks again; while capturing, cuStreamGetCaptureInfo for the graph. Throws on failure.
-CUstreamCaptureStatus finish_capture_state(const DriverApi& api, StreamRef s,
-                                           std::optional<ContextScope>& scope, CUgraph* graph,
-                                           CUresult first, CUstreamCaptureStatus status) {
+CUstreamCaptureStatus finish_capture_state(StreamRef s, std::optional<ContextScope>& scope,
+                                           CUgraph* graph, CUresult first,
+                                           CUstreamCaptureStatus status) {
   CUresult r = first;
   if (detail::retry_special(r, s.is_special(), scope)) {
-    r = api.cuStreamIsCapturing(s.handle(), &status);
+    r = detail::try_call<&DriverApi::cuStreamIsCapturing>(s.handle(), &status);
   }
-  if (r != CUDA_SUCCESS) detail::throw_stream_error(r, "cuStreamIsCapturing", s);
+  if (r != CUDA_SUCCESS) {
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamIsCapturing>::name, s);
+  }
   if (status == CU_STREAM_CAPTURE_STATUS_NONE) return status;
-  r = api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, graph, nullptr, nullptr);
-  if (r != CUDA_SUCCESS) detail::throw_stream_error(r, "cuStreamGetCaptureInfo", s);
+  r = detail::try_call<&DriverApi::cuStreamGetCaptureInfo>(s.handle(), &status, nullptr, graph,
+                                                           nullptr, nullptr);
+  if (r != CUDA_SUCCESS) {
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamGetCaptureInfo>::name, s);
+  }
   return status;
 }
 
@@ -147,31 +155,34 @@ CUstreamCaptureStatus finish_capture_state(const DriverApi& api, StreamRef s,
 CUstreamCaptureStatus capture_state(const DriverApi& api, StreamRef s,
                                     std::optional<ContextScope>& scope, CUgraph* graph) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult r = api.cuStreamIsCapturing(s.handle(), &status);
-  return finish_capture_state(api, s, scope, graph, r, status);
+  const CUresult r = api.cuStreamIsCapturing(s.handle(), &status);  // raw: hot path
+  return finish_capture_state(s, scope, graph, r, status);
 }
 
 // Enqueues `task` on `s` in capture state `status` (graph: the capture graph while
 // capturing), invariant 1.
-void enqueue_in_state(const DriverApi& api, StreamRef s, TaskPtr task, TaskKind kind,
+void enqueue_in_state(const DriverApi& api, StreamRef s, HostTaskPtr task, TaskKind kind,
                       CUstreamCaptureStatus status, CUgraph graph) {
-  const char* call = kind == TaskKind::host_function ? "cuLaunchHostFunc" : "cuStreamAddCallback";
+  const char* call = kind == TaskKind::host_function
+                         ? detail::EntryInfo<&DriverApi::cuLaunchHostFunc>::name
+                         : detail::EntryInfo<&DriverApi::cuStreamAddCallback>::name;
   if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
     const CUstream h = s.handle();
-    const CUresult r = kind == TaskKind::host_function
-                           ? api.cuLaunchHostFunc(h, &detail::run_host_task_once, task.get())
-                           : api.cuStreamAddCallback(h, &callback_once, task.get(), 0);
+    const CUresult r =
+        kind == TaskKind::host_function
+            ? api.cuLaunchHostFunc(h, &detail::run_host_task_once, task.get())  // raw: hot path
+            : api.cuStreamAddCallback(h, &callback_once, task.get(), 0);        // raw: hot path
     if (r != CUDA_SUCCESS) detail::throw_stream_error(r, call, s);
     (void)task.release();  // the trampoline frees it after running it
   } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-    launch_captured(api, s, std::move(task), graph);
+    launch_captured(s, std::move(task), graph);
   } else {
     refuse_invalidated(call, s);
   }
 }
 
 // Enqueues `task` on `s` (invariants 1, 10).
-void enqueue(StreamRef s, TaskPtr task, TaskKind kind) {
+void enqueue(StreamRef s, HostTaskPtr task, TaskKind kind) {
   const DriverApi& api = detail::api();
   std::lock_guard<std::mutex> lock(detail::capture_transitions());
   std::optional<ContextScope> scope;
@@ -285,27 +296,27 @@ void CUDA_CB run_host_task_once(void* p) {
 namespace detail {
 
 void enqueue_host_task(StreamRef s, HostTask* raw) {
-  enqueue(s, TaskPtr(raw), TaskKind::host_function);
+  enqueue(s, HostTaskPtr(raw), TaskKind::host_function);
 }
 
 void host_task_not_launched(StreamRef s, HostTask* raw, CUresult capturing,
                             CUstreamCaptureStatus status, CUresult launched) {
-  TaskPtr task(raw);
+  HostTaskPtr task(raw);
   // The launch failed after a successful check: a special handle had a current context then
   // (else the check would have failed first), so there is nothing to retry.
   if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
-    throw_stream_error(launched, "cuLaunchHostFunc", s);
+    throw_stream_error(launched, detail::EntryInfo<&DriverApi::cuLaunchHostFunc>::name, s);
   }
   const DriverApi& api = detail::api();
   std::lock_guard<std::mutex> lock(capture_transitions());  // invariant 10
   std::optional<ContextScope> scope;
   CUgraph graph = nullptr;
-  status = finish_capture_state(api, s, scope, &graph, capturing, status);
+  status = finish_capture_state(s, scope, &graph, capturing, status);
   enqueue_in_state(api, s, std::move(task), TaskKind::host_function, status, graph);
 }
 
 void add_callback_task(StreamRef s, HostTask* raw) {
-  TaskPtr task(raw);
+  HostTaskPtr task(raw);
   task->stream = s;
   enqueue(s, std::move(task), TaskKind::callback);
 }
@@ -314,7 +325,8 @@ void add_callback_task(StreamRef s, HostTask* raw) {
 
 void add_callback(StreamRef s, CUstreamCallback fn, void* arg) {
   if (fn == nullptr) {
-    detail::throw_stream_error(CUDA_ERROR_INVALID_VALUE, "cuStreamAddCallback", s,
+    detail::throw_stream_error(CUDA_ERROR_INVALID_VALUE,
+                               detail::EntryInfo<&DriverApi::cuStreamAddCallback>::name, s,
                                "the callback is null");
   }
   const DriverApi& api = detail::api();
@@ -323,17 +335,18 @@ void add_callback(StreamRef s, CUstreamCallback fn, void* arg) {
   CUgraph graph = nullptr;
   const CUstreamCaptureStatus status = capture_state(api, s, scope, &graph);
   if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
-    if (CUresult r = api.cuStreamAddCallback(s.handle(), fn, arg, 0); r != CUDA_SUCCESS) {
-      detail::throw_stream_error(r, "cuStreamAddCallback", s);
+    if (CUresult r = api.cuStreamAddCallback(s.handle(), fn, arg, 0);  // raw: hot path
+        r != CUDA_SUCCESS) {
+      detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuStreamAddCallback>::name, s);
     }
   } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
     // Captured as a host node around the driver's own callback (invariant 4).
     auto call = [fn, arg](StreamRef cs, CUresult result) { fn(cs.handle(), result, arg); };
-    TaskPtr task(new detail::StreamCallbackTask<decltype(call)>(call));
+    HostTaskPtr task(new detail::StreamCallbackTask<decltype(call)>(call));
     task->stream = s;
-    launch_captured(api, s, std::move(task), graph);
+    launch_captured(s, std::move(task), graph);
   } else {
-    refuse_invalidated("cuStreamAddCallback", s);
+    refuse_invalidated(detail::EntryInfo<&DriverApi::cuStreamAddCallback>::name, s);
   }
 }
 
@@ -354,9 +367,10 @@ std::string describe_exception(const std::exception_ptr& exception) {
 }  // namespace
 
 std::string HostFunctionError::message() const {
-  return std::string(captured ? "a captured host function (graph replay) enqueued on "
-                              : "a host function enqueued on ") +
-         stream.to_string() + " " + describe_exception(exception);
+  const char* const what = completion ? "a completion callback registered on "
+                           : captured ? "a captured host function (graph replay) enqueued on "
+                                      : "a host function enqueued on ";
+  return std::string(what) + stream.to_string() + " " + describe_exception(exception);
 }
 
 HostFunctionErrorHandler set_host_function_error_handler(HostFunctionErrorHandler handler) {

@@ -18,7 +18,7 @@ void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t sha
     detail::refuse_shared_bytes("custream::Kernel::launch", stream,
                                 "kernel " + detail::pointer_text(function_), shared_bytes);
   }
-  const CUresult r = detail::api().cuLaunchKernel(
+  const CUresult r = detail::api().cuLaunchKernel(  // raw: hot path, one call
       function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
       static_cast<unsigned>(shared_bytes), stream.handle(), params, nullptr);
   if (r != CUDA_SUCCESS) launch_failed(r, stream, grid, block, shared_bytes, params);
@@ -74,9 +74,9 @@ void Kernel::launch_failed(CUresult r, StreamRef stream, Dim3 grid, Dim3 block,
                            std::size_t shared_bytes, void** params) const {
   if (r == CUDA_ERROR_INVALID_CONTEXT && module_.owner_) {  // invariant 4
     ContextScope scope(module_.owner_.get()->context);
-    r = detail::api().cuLaunchKernel(function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                     static_cast<unsigned>(shared_bytes), stream.handle(), params,
-                                     nullptr);
+    r = detail::try_call<&detail::DriverApi::cuLaunchKernel>(
+        function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+        static_cast<unsigned>(shared_bytes), stream.handle(), params, nullptr);
     if (r == CUDA_SUCCESS) return;
   }
   std::string why = "kernel " + detail::pointer_text(function_) + ", grid " +
@@ -91,7 +91,8 @@ void Kernel::launch_failed(CUresult r, StreamRef stream, Dim3 grid, Dim3 block,
            detail::pointer_text(stream.context()) +
            ": load the module into the stream's context (Module::from_ptx(ptx, context))";
   }
-  detail::throw_stream_error(r, "cuLaunchKernel", stream, std::move(why));
+  detail::throw_stream_error(r, detail::EntryInfo<&detail::DriverApi::cuLaunchKernel>::name, stream,
+                             std::move(why));
 }
 
 }  // namespace custream

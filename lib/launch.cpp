@@ -66,10 +66,10 @@ namespace {
   for (std::size_t i = 0; i < p.sizes.size(); ++i) {
     layout += (i == 0 ? "" : ", ") + std::to_string(p.sizes[i]);
   }
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, "kernel \"" + name + "\"",
-              std::move(why) + "; its parameters take " +
-                  (layout.empty() ? std::string("no bytes") : layout + " bytes") +
-                  " (custream refused the launch without calling the driver)");
+  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "kernel \"" + name + "\"",
+                      std::move(why) + "; its parameters take " +
+                          (layout.empty() ? std::string("no bytes") : layout + " bytes") +
+                          " (custream refused the launch without calling the driver)");
 }
 }  // namespace
 
@@ -313,7 +313,8 @@ void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef&
     why += ", memory synchronization domain " +
            std::to_string(static_cast<int>(*config.mem_sync_domain));
   }
-  throw_stream_error(r, "cuLaunchKernelEx", stream, std::move(why));
+  throw_stream_error(r, detail::EntryInfo<&detail::DriverApi::cuLaunchKernelEx>::name, stream,
+                     std::move(why));
 }
 
 }  // namespace

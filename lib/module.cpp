@@ -40,9 +40,9 @@ template struct Refs<ModuleOwner>;
 
 std::string read_image_file(const std::string& path, const char* call) {
   const auto refuse = [&](int error) {
-    throw Error(CUDA_ERROR_FILE_NOT_FOUND, call, "file \"" + path + "\"",
-                "cannot read it: " + std::generic_category().message(error) +
-                    " (custream did not call the driver)");
+    detail::throw_error(CUDA_ERROR_FILE_NOT_FOUND, call, "file \"" + path + "\"",
+                        "cannot read it: " + std::generic_category().message(error) +
+                            " (custream did not call the driver)");
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) refuse(errno);
@@ -90,15 +90,15 @@ Context Module::context_for(int device_id) {
 }
 
 Module Module::load(const void* image, const Context& where, const char* what) {
-  const detail::Loaded& l = detail::loaded();
+  detail::loaded();  // no driver: say so first
   const int device = detail::nonempty(where, "custream::Module").device_id();
   const CUcontext context = where.handle();
   ContextScope scope(context);
 
   detail::JitLogs logs;
   CUmodule module = nullptr;
-  const CUresult r =
-      l.api.cuModuleLoadDataEx(&module, image, logs.count, logs.options, logs.values);
+  const CUresult r = detail::try_call<&DriverApi::cuModuleLoadDataEx>(&module, image, logs.count,
+                                                                      logs.options, logs.values);
   if (r != CUDA_SUCCESS) {
     detail::fail<&DriverApi::cuModuleLoadDataEx>(
         r, detail::device_subject(device),
@@ -135,7 +135,8 @@ Module Module::from_image(const void* image, int device_id) {
 
 Module Module::from_image(const void* image, const Context& context) {
   if (image == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Module::from_image", {}, "the image is null");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Module::from_image", {},
+                        "the image is null");
   }
   return load(image, context, "a module image");
 }
@@ -153,15 +154,16 @@ Module Module::from_file(const std::string& path, const Context& context) {
 
 Kernel Module::kernel(const std::string& name) const {
   if (module_ == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction", "kernel " + name,
-                "the Module is empty");
+    detail::throw_error(CUDA_ERROR_INVALID_HANDLE,
+                        detail::EntryInfo<&DriverApi::cuModuleGetFunction>::name, "kernel " + name,
+                        "the Module is empty");
   }
   CUfunction function = nullptr;
   if (CUresult r = detail::try_call<&DriverApi::cuModuleGetFunction>(
           &function, static_cast<CUmodule>(module_), name.c_str());
       r != CUDA_SUCCESS) {
     detail::throw_error(
-        r, "cuModuleGetFunction",
+        r, detail::EntryInfo<&DriverApi::cuModuleGetFunction>::name,
         "kernel \"" + name + "\" in " +
             detail::subject_text({detail::Subject::What::module, module_, device_}));
   }

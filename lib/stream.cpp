@@ -1,4 +1,7 @@
-// custream::StreamRef, custream::Stream and ExternalStream. Design: docs/design/streams.md.
+// custream::StreamRef, custream::Stream and ExternalStream: the streams themselves. Their
+// members that forward to features above streams (events, capture, host functions, graphs)
+// are in stream_features.cpp; this file includes no feature header. Design:
+// docs/design/streams.md.
 #include "stream.hpp"
 
 #include <memory>
@@ -6,11 +9,8 @@
 #include <ostream>
 
 #include "context.hpp"
-#include "custream/capture.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
-#include "custream/event.hpp"
-#include "custream/host_function.hpp"
 
 namespace custream {
 namespace detail {
@@ -31,10 +31,6 @@ bool StreamOwner::take_release(StreamOwner* owner) noexcept {
 template struct Refs<StreamOwner>;
 
 namespace {
-Subject stream_subject(const StreamRef& s) noexcept {
-  return {Subject::What::stream, s.handle(), s.device_id()};
-}
-
 // Throws instead of a capture-unsafe query on a capturing stream (streams.md, invariant 3).
 // For a special handle with no current context it asks under the current device's primary
 // context, kept in `scope` for the query that follows.
@@ -44,26 +40,13 @@ void refuse_while_capturing(const StreamRef& s, const char* call,
   if (CUresult r =
           on_stream<&DriverApi::cuStreamIsCapturing>(s.is_special(), scope, s.handle(), &status);
       r != CUDA_SUCCESS) {
-    throw_stream_error(r, "cuStreamIsCapturing", s);
+    throw_stream_error(r, EntryInfo<&DriverApi::cuStreamIsCapturing>::name, s);
   }
   if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    throw Error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, subject_text(stream_subject(s)),
+    throw_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, subject_text(stream_subject(s)),
                 "custream refused it without calling the driver: the stream is capturing, and "
                 "the driver would refuse the query and invalidate the capture");
   }
-}
-
-// Calls the entry on `s` with the special-handle retry; throws naming it and the stream.
-template <auto Field, typename... Args>
-void on(const StreamRef& s, std::optional<ContextScope>& scope, Args... args) {
-  if (CUresult r = on_stream<Field>(s.is_special(), scope, args...); r != CUDA_SUCCESS) {
-    throw_stream_error(r, EntryInfo<Field>::name, s);
-  }
-}
-template <auto Field, typename... Args>
-void on(const StreamRef& s, Args... args) {
-  std::optional<ContextScope> scope;
-  on<Field>(s, scope, args...);
 }
 }  // namespace
 }  // namespace detail
@@ -83,23 +66,21 @@ StreamRef StreamRef::wrap(CUstream handle, int device_id) {
   }
   if (ref.is_special()) {
     if (device_id == -1) return ref;
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", ref.to_string(),
-                "a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) has no device of "
-                "its own: it is the current context's at each use, so device " +
-                    std::to_string(device_id) +
-                    " cannot be checked or kept; pass -1, and make the device current "
-                    "(custream::DeviceScope) where the stream is used");
+    detail::throw_error(
+        CUDA_ERROR_INVALID_VALUE, "custream::ExternalStream", ref.to_string(),
+        "a special handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) has no device of "
+        "its own: it is the current context's at each use, so device " +
+            std::to_string(device_id) +
+            " cannot be checked or kept; pass -1, and make the device current "
+            "(custream::DeviceScope) where the stream is used");
   }
   // Infer once, capture-safely (streams.md, invariant 3).
-  const DriverApi& api = detail::api();
   const detail::Subject subject{detail::Subject::What::stream, handle, device_id};
   CUgreenCtx green = nullptr;
-  if (api.cuStreamGetCtx_v2 != nullptr) {
-    if (CUresult r = api.cuStreamGetCtx_v2(handle, &ref.context_, &green); r != CUDA_SUCCESS) {
-      detail::fail<&DriverApi::cuStreamGetCtx_v2>(r, subject);
-    }
-  } else if (CUresult r = api.cuStreamGetCtx(handle, &ref.context_); r != CUDA_SUCCESS) {
-    detail::fail<&DriverApi::cuStreamGetCtx>(r, subject);
+  if (detail::api().cuStreamGetCtx_v2 != nullptr) {
+    detail::call<&DriverApi::cuStreamGetCtx_v2>(subject, handle, &ref.context_, &green);
+  } else {
+    detail::call<&DriverApi::cuStreamGetCtx>(subject, handle, &ref.context_);
   }
   // For a green-context stream the driver names the device's primary context and the green
   // context: keep the green context's own CUcontext, the one to make current for it.
@@ -111,10 +92,11 @@ StreamRef StreamRef::wrap(CUstream handle, int device_id) {
     ref.context_kind_ = detail::context_kind(detail::loaded(), ref.context_, ref.device_);
   }
   if (device_id != -1 && device_id != ref.device_) {
-    throw Error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
-                "stream " + detail::pointer_text(handle),
-                "it was given device " + std::to_string(device_id) + " but belongs to device " +
-                    std::to_string(ref.device_) + " (cuStreamGetCtx)");
+    detail::throw_error(CUDA_ERROR_INVALID_DEVICE, "custream::ExternalStream",
+                        "stream " + detail::pointer_text(handle),
+                        "it was given device " + std::to_string(device_id) +
+                            " but belongs to device " + std::to_string(ref.device_) + " (" +
+                            detail::EntryInfo<&DriverApi::cuStreamGetCtx>::name + ")");
   }
   return ref;
 }
@@ -123,13 +105,13 @@ CUgreenCtx StreamRef::green_context() const {
   if (context_kind_ != ContextKind::green) return nullptr;
   CUcontext context = nullptr;
   CUgreenCtx green = nullptr;
-  detail::on<&DriverApi::cuStreamGetCtx_v2>(*this, handle_, &context, &green);
+  detail::stream_call<&DriverApi::cuStreamGetCtx_v2>(*this, handle_, &context, &green);
   return green;
 }
 
 int StreamRef::priority() const {
   int value = 0;
-  detail::on<&DriverApi::cuStreamGetPriority>(*this, handle_, &value);
+  detail::stream_call<&DriverApi::cuStreamGetPriority>(*this, handle_, &value);
   return value;
 }
 
@@ -138,7 +120,7 @@ bool StreamRef::non_blocking() const {
   std::optional<ContextScope> scope;
   detail::refuse_while_capturing(*this, "custream::StreamRef::non_blocking", scope);
   unsigned flags = 0;
-  detail::on<&DriverApi::cuStreamGetFlags>(*this, scope, handle_, &flags);
+  detail::stream_call<&DriverApi::cuStreamGetFlags>(*this, scope, handle_, &flags);
   return (flags & CU_STREAM_NON_BLOCKING) != 0;
 }
 
@@ -147,61 +129,29 @@ unsigned long long StreamRef::id() const {
   std::optional<ContextScope> scope;
   detail::refuse_while_capturing(*this, "custream::StreamRef::id", scope);
   unsigned long long value = 0;
-  detail::on<&DriverApi::cuStreamGetId>(*this, scope, handle_, &value);
+  detail::stream_call<&DriverApi::cuStreamGetId>(*this, scope, handle_, &value);
   return value;
 }
 
-Event StreamRef::record() const {
-  // In the stream's own context: an event of another context (e.g. the primary one, for a
-  // stream of a created context) cannot be recorded on it (docs/design/events.md, 5).
-  Event event = device_ >= 0 ? Event::in_context(device_, context_, EventFlags::none)
-                             : Event(Device::current());
-  record(event);
-  return event;
-}
-
-void StreamRef::record_failed(const Event& event, CUresult first) const {
-  std::optional<ContextScope> scope;
-  CUresult r = first;
-  if (detail::retry_special(first, is_special(), scope)) {
-    r = detail::api().cuEventRecord(event.handle(), handle_);
-  }
-  if (r == CUDA_SUCCESS) return;
-  std::string why = detail::event_text(event);
-  if (device_ >= 0 && event.device_id() != device_) {
-    why += ": the event belongs to device " + std::to_string(event.device_id()) +
-           " and the stream to device " + std::to_string(device_) +
-           "; record it on a stream of its own device (waiting across devices works)";
-  } else if (context_ != nullptr && event.context() != nullptr && event.context() != context_) {
-    why += "; the stream's context is " + detail::pointer_text(context_) + " (" +
-           custream::to_string(context_kind_) +
-           "): the event was made in another context, and a created context shares no events "
-           "with others (make the event in the stream's context, e.g. with record())";
-  }
-  detail::throw_stream_error(r, "cuEventRecord", *this, std::move(why));
-}
-
-void StreamRef::wait(StreamRef other) const { wait_event(other.record()); }
-
 void StreamRef::memset(CUdeviceptr dst, unsigned char value, std::size_t count) const {
-  detail::on<&DriverApi::cuMemsetD8Async>(*this, dst, value, count, handle_);
+  detail::stream_call<&DriverApi::cuMemsetD8Async>(*this, dst, value, count, handle_);
 }
 
 void StreamRef::memset32(CUdeviceptr dst, std::uint32_t value, std::size_t count) const {
-  detail::on<&DriverApi::cuMemsetD32Async>(*this, dst, static_cast<unsigned>(value), count,
-                                           handle_);
+  detail::stream_call<&DriverApi::cuMemsetD32Async>(*this, dst, static_cast<unsigned>(value), count,
+                                                    handle_);
 }
 
 void StreamRef::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) const {
-  detail::on<&DriverApi::cuMemcpyAsync>(*this, dst, src, bytes, handle_);
+  detail::stream_call<&DriverApi::cuMemcpyAsync>(*this, dst, src, bytes, handle_);
 }
 
 void StreamRef::copy(CUdeviceptr dst, const void* src, std::size_t bytes) const {
-  detail::on<&DriverApi::cuMemcpyHtoDAsync>(*this, dst, src, bytes, handle_);
+  detail::stream_call<&DriverApi::cuMemcpyHtoDAsync>(*this, dst, src, bytes, handle_);
 }
 
 void StreamRef::copy(void* dst, CUdeviceptr src, std::size_t bytes) const {
-  detail::on<&DriverApi::cuMemcpyDtoHAsync>(*this, dst, src, bytes, handle_);
+  detail::stream_call<&DriverApi::cuMemcpyDtoHAsync>(*this, dst, src, bytes, handle_);
 }
 
 std::string StreamRef::to_string() const {
@@ -233,9 +183,10 @@ Stream::Stream(const Context& context, StreamFlags stream_flags, int priority,
                std::string_view name) {
   if ((static_cast<unsigned>(stream_flags) & ~static_cast<unsigned>(StreamFlags::non_blocking)) !=
       0) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream", {},
-                "unknown StreamFlags bits " + std::to_string(static_cast<unsigned>(stream_flags)) +
-                    " (known: non_blocking)");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Stream", {},
+                        "unknown StreamFlags bits " +
+                            std::to_string(static_cast<unsigned>(stream_flags)) +
+                            " (known: non_blocking)");
   }
   detail::nonempty(context, "custream::Stream");
   const bool green = context.kind() == ContextKind::green;
@@ -276,10 +227,11 @@ Stream::Stream(const Context& context, StreamFlags stream_flags, int priority,
 
 void Stream::set_name(std::string_view name) const {
   if (is_special()) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Stream::set_name", to_string(),
-                "custream refused it without calling the driver or NVTX: a special handle (0, "
-                "CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is no one stream; name a stream "
-                "custream created or wrapped");
+    detail::throw_error(
+        CUDA_ERROR_INVALID_VALUE, "custream::Stream::set_name", to_string(),
+        "custream refused it without calling the driver or NVTX: a special handle (0, "
+        "CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is no one stream; name a stream "
+        "custream created or wrapped");
   }
   // Flagged first: a created stream's name is forgotten when it is destroyed (streams.md,
   // invariant 5).
@@ -301,40 +253,18 @@ void Stream::keep(std::shared_ptr<void> keep_alive) {
 }
 
 int Stream::device_for_use_slow(CUresult r, CUcontext context, const char* call) const {
-  if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
+  if (r != CUDA_SUCCESS) detail::fail<&DriverApi::cuCtxGetCurrent>(r, {});
   const int current = detail::device_of_current(detail::loaded(), context);
   if (is_special() || current == device_id()) return current;
-  throw Error(CUDA_ERROR_INVALID_DEVICE, call, detail::subject_text(detail::stream_subject(*this)),
-              "the stream belongs to device " + std::to_string(device_id()) + " but device " +
-                  std::to_string(current) + " is current");
+  detail::throw_error(CUDA_ERROR_INVALID_DEVICE, call,
+                      detail::subject_text(detail::stream_subject(*this)),
+                      "the stream belongs to device " + std::to_string(device_id()) +
+                          " but device " + std::to_string(current) + " is current");
 }
 
 const Stream& Stream::use() const {
   detail::current_slot(device_for_use("custream::Stream::use")) = *this;
   return *this;
 }
-
-// The forwarders of the CuPy-shaped members (custream/host_function.hpp, custream/capture.hpp).
-
-void Stream::add_callback(CUstreamCallback fn, void* arg) const {
-  custream::add_callback(*this, fn, arg);
-}
-void Stream::begin_capture() const { custream::begin_capture(*this); }
-void Stream::begin_capture(CaptureMode mode) const { custream::begin_capture(*this, mode); }
-Graph Stream::end_capture() const { return end_capture(InstantiateFlags::upload); }
-Graph Stream::end_capture(InstantiateFlags flags) const {
-  Graph graph = custream::end_capture(*this, flags);
-  if (owner_ && owner_.get()->context) graph.keep_context(owner_.get()->context);
-  return graph;
-}
-
-Event Stream::record() const {
-  Event event = StreamRef::record();
-  if (owner_ && owner_.get()->context) event.owner_.get()->keep = owner_.get()->context;
-  return event;
-}
-bool Stream::is_capturing() const { return custream::is_capturing(*this); }
-CaptureInfo Stream::capture_info() const noexcept { return custream::capture_info(*this); }
-unsigned long long Stream::capture_id() const { return custream::capture_id(*this); }
 
 }  // namespace custream

@@ -13,6 +13,11 @@
 
 namespace custream::detail {
 
+/// "stream 0x… (device N)": the subject of an error about `s`.
+inline Subject stream_subject(const StreamRef& s) noexcept {
+  return {Subject::What::stream, s.handle(), s.device_id()};
+}
+
 /// The owner of a stream custream created (destroyed with the last reference) or of a
 /// wrapper's keep-alive.
 struct StreamOwner : Counted {

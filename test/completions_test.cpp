@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "completions/task_queue.hpp"
+#include "completions/watcher_sleeps.hpp"
 #include "custream/capture_mode.hpp"
 #include "custream/context.hpp"
 #include "custream/device.hpp"
@@ -34,9 +36,7 @@
 #include "custream/testing.hpp"
 #include "emu_control.h"
 #include "release_support.hpp"
-#include "task_queue.hpp"
 #include "test_support.hpp"
-#include "watcher_sleeps.hpp"
 
 using custream::CompletionDelivery;
 using custream::CompletionMechanism;
@@ -271,6 +271,8 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
   {
     std::lock_guard<std::mutex> lock(m);
     CHECK(reported.at(0).find("completion boom") != std::string::npos);
+    // Told as what it is: a completion callback, not a host function.
+    CHECK(reported.at(0).rfind("a completion callback registered on <", 0) == 0);
     reported.clear();
   }
   if (custream_test::emulated()) {
@@ -314,6 +316,7 @@ TEST_CASE("completion errors: a throwing callback, a failed stream, every device
     CHECK_FALSE(plain_ran.load());
     std::lock_guard<std::mutex> lock(m);
     CHECK(reported.at(0).find("CUDA_ERROR_LAUNCH_FAILED") != std::string::npos);
+    CHECK(reported.at(0).rfind("a completion callback registered on <", 0) == 0);
   }
   custream::set_host_function_error_handler(previous);
 
@@ -739,8 +742,8 @@ TEST_CASE("completions: the longest spin and linger are taken as a day", "[compl
 
 TEST_CASE("completions: a queue's tasks ripen for queries a microsecond after they were taken",
           "[completions][unit]") {
-  // The watcher's queue of one stream (lib/task_queue.hpp): poll() queries only its ripe
-  // events, from the head.
+  // The watcher's queue of one stream (lib/completions/task_queue.hpp): poll() queries only its
+  // ripe events, from the head.
   using custream::detail::CompletionTask;
   using custream::detail::TaskQueue;
   CompletionTask a{}, b{}, c{};

@@ -1,5 +1,6 @@
-// The host-task pool: what a thread may hold, what thread exit gives back, and that
-// AddressSanitizer sees every task. Runs on the emulator and on the GPU.
+// The block pool of host tasks and completion tasks: what a thread may hold, what thread exit
+// gives back, that both families share it, and that AddressSanitizer sees every task. Runs on
+// the emulator and on the GPU.
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "custream/capture.hpp"
+#include "custream/completions.hpp"
 #include "custream/detail/host_task.hpp"
 #include "custream/host_function.hpp"
 #include "custream/stream.hpp"
@@ -188,4 +190,42 @@ TEST_CASE("blocks are neither lost nor handed out twice while threads enqueue, f
   // counted twice, a lost one not at all.
   CHECK(unseen_blocks() == unseen_before);
   CHECK(pool_stats().blocks > 0);
+}
+
+TEST_CASE("completion tasks and host tasks take their blocks from one pool",
+          "[pool][completions]") {
+  if (!pool_stats().pooled) CUSTREAM_SKIP("nothing is pooled under AddressSanitizer");
+  using custream::detail::HostTask;
+  using custream::detail::PoolBlock;
+  // On a thread of its own, which holds no blocks yet: the completion family's blocks refill
+  // this thread's list (a batch may hold one block: again until one is left over), and the
+  // host family's next block is the head of that same list (before, each family had a pool
+  // of its own, and the completion blocks left this list empty).
+  std::size_t held_after_completion = 0;
+  std::size_t held_after_host = 0;
+  bool host_took_head = false;
+  std::size_t freeing_added = 0;
+  std::thread([&] {
+    std::vector<void*> completions;
+    for (int i = 0; i < 100 && custream::detail::t_pool_free == nullptr; ++i) {
+      completions.push_back(custream::detail::allocate_task_block());
+    }
+    held_after_completion = pool_stats().thread_held;
+    PoolBlock* const head = custream::detail::t_pool_free;
+    void* const host = HostTask::operator new(HostTask::kPooledBytes);
+    host_took_head = head != nullptr && host == head;
+    held_after_host = pool_stats().thread_held;
+    // Each goes back to this thread's partial batch, whichever family frees it.
+    const std::size_t freeing = pool_stats().freeing;
+    custream::detail::free_task_block(host);
+    HostTask::operator delete(completions.back(), HostTask::kPooledBytes);
+    freeing_added = pool_stats().freeing - freeing;
+    completions.pop_back();
+    for (void* c : completions) custream::detail::free_task_block(c);
+  }).join();
+  CHECK(held_after_completion > 0);
+  CHECK(held_after_completion < kPoolBatch);
+  CHECK(host_took_head);
+  CHECK(held_after_host + 1 == held_after_completion);
+  CHECK(freeing_added == 2);
 }

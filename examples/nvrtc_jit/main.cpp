@@ -158,8 +158,7 @@ void print_images(const custream::Program& program, const char* which) {
 }
 
 int run() {
-  // NVRTC first: on custream's CPU emulator it must be loaded before the driver
-  // (custream/program.hpp).
+  // Say which NVRTC compiles; without one there is nothing to show.
   try {
     const auto [major, minor] = custream::Program::nvrtc_version();
     std::printf("NVRTC %d.%d from %s\n", major, minor, custream::Program::nvrtc_library().c_str());

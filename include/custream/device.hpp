@@ -8,6 +8,7 @@
 #include <string>
 
 #include "custream/context.hpp"
+#include "custream/detail/call.hpp"
 #include "custream/detail/driver.hpp"
 #include "custream/sm_resource.hpp"
 
@@ -33,8 +34,8 @@ class Device {
   static Device current() {
     const detail::Loaded& l = detail::loaded();
     CUcontext context = nullptr;
-    const CUresult r = l.api.cuCtxGetCurrent(&context);
-    if (r != CUDA_SUCCESS) detail::throw_error(r, "cuCtxGetCurrent");
+    const CUresult r = l.api.cuCtxGetCurrent(&context);  // raw: hot path, one call
+    if (r != CUDA_SUCCESS) detail::fail<&detail::DriverApi::cuCtxGetCurrent>(r, {});
     if (l.device_count == 0) detail::throw_bad_ordinal(0, 0);
     const int ordinal = detail::device_of_current(l, context);
     return Device(ordinal, l.devices[ordinal].device, Unchecked{});

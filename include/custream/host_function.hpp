@@ -23,10 +23,10 @@ inline void launch_host_task(StreamRef s, HostTask* task) {
   const Loaded* l = g_loaded.load(std::memory_order_acquire);
   if (l == nullptr) return enqueue_host_task(s, task);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult capturing = l->api.cuStreamIsCapturing(s.handle(), &status);
+  const CUresult capturing = l->api.cuStreamIsCapturing(s.handle(), &status);  // raw: hot path
   CUresult launched = CUDA_SUCCESS;
   if (capturing == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) {
-    launched = l->api.cuLaunchHostFunc(s.handle(), &run_host_task_once, task);
+    launched = l->api.cuLaunchHostFunc(s.handle(), &run_host_task_once, task);  // raw: hot path
     if (launched == CUDA_SUCCESS) return;  // the trampoline frees it after running it
   }
   host_task_not_launched(s, task, capturing, status, launched);

@@ -30,11 +30,6 @@ class Device;
 /// (add_name_expression("scale<float>")) instantiate templates; their lowered names are
 /// known after compiling, and kernel() takes either. A Program is a builder: not for use by
 /// several threads at once.
-///
-/// NVRTC opens libcuda.so.1 itself at its first compilation in a process. custream makes
-/// that first compilation when it loads NVRTC; on custream's CPU driver emulator, NVRTC must
-/// be loaded before the driver (the first Program compiled, or nvrtc_version(), before any
-/// other custream call), or it is refused with an Error saying so.
 class Program {
  public:
   /// The source `source`, named `name` in the compiler's messages ("name(LINE): error").

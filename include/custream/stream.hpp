@@ -203,7 +203,7 @@ class Stream : public StreamRef {
   /// special handle. @throws Error when the stream's device is not current.
   int device_for_use(const char* call) const {
     CUcontext current = nullptr;
-    const CUresult r = detail::api().cuCtxGetCurrent(&current);
+    const CUresult r = detail::api().cuCtxGetCurrent(&current);  // raw: hot path, one call
     if (r == CUDA_SUCCESS && current != nullptr && current == context()) return device_id();
     return device_for_use_slow(r, current, call);
   }

@@ -26,6 +26,8 @@ template <auto Field, typename... Args>
 CUresult stream_call_failed(const StreamRef& s, CUresult first, CUresult allowed, Args... args);
 template <auto Field, typename... Args>
 void stream_call(const StreamRef& s, Args... args);
+template <auto Field, typename... Args>
+void stream_call(const StreamRef& s, std::optional<ContextScope>& scope, Args... args);
 
 /// True for a non-owning stream view of another library with the shape of CCCL's
 /// `cuda::stream_ref` (CUDA 13's <cuda/stream_ref>): a class whose `value_type` is the stream
@@ -139,7 +141,7 @@ class StreamRef {
   /// True when all work is done; false only on CUDA_ERROR_NOT_READY.
   /// @throws Error for any other error (a dead GPU does not look busy forever).
   bool done() const {
-    const CUresult r = detail::api().cuStreamQuery(handle_);
+    const CUresult r = detail::api().cuStreamQuery(handle_);  // raw: hot path, one call
     if (r == CUDA_SUCCESS) return true;
     if (r == CUDA_ERROR_NOT_READY) return false;
     return detail::stream_call_failed<&detail::DriverApi::cuStreamQuery>(
@@ -156,7 +158,7 @@ class StreamRef {
   /// @throws Error on a driver failure.
   template <typename E, typename = std::enable_if_t<std::is_same_v<E, Event>>>
   const E& record(const E& event) const {
-    const CUresult r = detail::api().cuEventRecord(event.handle(), handle_);
+    const CUresult r = detail::api().cuEventRecord(event.handle(), handle_);  // raw: hot path
     if (r != CUDA_SUCCESS) record_failed(event, r);
     event.mark_recorded();
     return event;
@@ -249,16 +251,27 @@ template <auto Field, typename... Args>
                                                          CUresult allowed, Args... args) {
   std::optional<ContextScope> scope;
   CUresult r = first;
-  if (retry_special(first, s.is_special(), scope)) r = (api().*Field)(args...);
+  if (retry_special(first, s.is_special(), scope)) r = try_call<Field>(args...);
   if (r == CUDA_SUCCESS || r == allowed) return r;
   throw_stream_error(r, EntryInfo<Field>::name, s);
 }
 
-/// Calls the entry on stream `s`: one driver call, and the cold path above on failure.
+/// Calls the entry on stream `s` (the throwing twin of on_stream): one driver call, and the
+/// cold path above on failure. @throws Error naming the entry and the stream.
 template <auto Field, typename... Args>
 void stream_call(const StreamRef& s, Args... args) {
   const CUresult r = entry<Field>(api())(args...);
   if (r != CUDA_SUCCESS) stream_call_failed<Field>(s, r, CUDA_SUCCESS, args...);
+}
+
+/// Calls the entry on stream `s` with the special-handle retry, keeping the context the retry
+/// made current in `scope` for the calls that follow in the same operation.
+/// @throws Error naming the entry and the stream.
+template <auto Field, typename... Args>
+void stream_call(const StreamRef& s, std::optional<ContextScope>& scope, Args... args) {
+  if (const CUresult r = on_stream<Field>(s.is_special(), scope, args...); r != CUDA_SUCCESS) {
+    throw_stream_error(r, EntryInfo<Field>::name, s);
+  }
 }
 
 }  // namespace detail

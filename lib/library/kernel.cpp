@@ -41,8 +41,8 @@ Library LibraryKernel::library() const noexcept { return library_; }
 
 namespace {
 [[noreturn, gnu::cold]] void refuse_empty_kernel(const char* call) {
-  throw Error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::LibraryKernel",
-              "the LibraryKernel holds no kernel");
+  detail::throw_error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::LibraryKernel",
+                      "the LibraryKernel holds no kernel");
 }
 }  // namespace
 
@@ -143,11 +143,11 @@ void LibraryKernel::launch_checked(const StreamRef& stream, Dim3 grid, Dim3 bloc
                                 "library kernel \"" + name() + "\"", shared_bytes);
   }
   const CUfunction f = prepare(stream, sizes, count);
-  const CUresult r = detail::api().cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
-                                                  block.z, static_cast<unsigned>(shared_bytes),
-                                                  stream.handle(), params, nullptr);
+  const CUresult r = detail::api().cuLaunchKernel(  // raw: hot path, one call
+      f, grid.x, grid.y, grid.z, block.x, block.y, block.z, static_cast<unsigned>(shared_bytes),
+      stream.handle(), params, nullptr);
   if (r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, "cuLaunchKernel", stream,
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuLaunchKernel>::name, stream,
                                "library kernel \"" + state_->name + "\", grid " +
                                    detail::dims_text(grid) + ", block " + detail::dims_text(block) +
                                    ", " + std::to_string(shared_bytes) + " bytes of shared memory");

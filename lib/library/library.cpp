@@ -89,8 +89,8 @@ Library Library::load_new(const detail::Loaded& l, const void* image, std::size_
   (void)bytes;  // the driver reads the image's own size
   detail::JitLogs logs;
   auto owner = std::make_unique<detail::LibraryOwner>();  // first: a failure leaks nothing
-  if (CUresult r = l.api.cuLibraryLoadData(&owner->library, image, logs.options, logs.values,
-                                           logs.count, nullptr, nullptr, 0u);
+  if (CUresult r = detail::try_call<&DriverApi::cuLibraryLoadData>(
+          &owner->library, image, logs.options, logs.values, logs.count, nullptr, nullptr, 0u);
       r != CUDA_SUCCESS) {
     owner->library = nullptr;
     detail::fail<&DriverApi::cuLibraryLoadData>(r, {}, logs.failure(what));
@@ -111,8 +111,8 @@ Library Library::from_ptx(std::string_view ptx, LibraryCache cache) {
 
 Library Library::from_image(const void* image, std::size_t bytes, LibraryCache cache) {
   if (image == nullptr || bytes == 0) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Library::from_image", {},
-                image == nullptr ? "the image is null" : "the image is empty");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Library::from_image", {},
+                        image == nullptr ? "the image is null" : "the image is empty");
   }
   return load(image, bytes, cache, "a library image");
 }
@@ -124,8 +124,8 @@ Library Library::from_file(const std::string& path, LibraryCache cache) {
 
 namespace {
 [[noreturn, gnu::cold]] void refuse_empty(const char* call) {
-  throw Error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::Library",
-              "the Library holds no library (default-constructed or moved from)");
+  detail::throw_error(CUDA_ERROR_INVALID_HANDLE, call, "empty custream::Library",
+                      "the Library holds no library (default-constructed or moved from)");
 }
 
 // Throws the error of a kernel lookup that missed in an enumerated library: the driver's own
@@ -145,18 +145,19 @@ namespace {
   }
   std::string known;
   for (const std::string& n : owner.names) known += (known.empty() ? "" : ", ") + n;
-  throw Error(CUDA_ERROR_NOT_FOUND, "cuLibraryGetKernel",
-              what + " in library " + detail::pointer_text(owner.library),
-              "the library's kernels: " + (known.empty() ? std::string("none") : known) +
-                  detail::jit_log_text(owner));
+  detail::throw_error(CUDA_ERROR_NOT_FOUND, detail::EntryInfo<&DriverApi::cuLibraryGetKernel>::name,
+                      what + " in library " + detail::pointer_text(owner.library),
+                      "the library's kernels: " + (known.empty() ? std::string("none") : known) +
+                          detail::jit_log_text(owner));
 }
 
 // Throws the error of preloading a library whose image did not compile (invariant 8).
 [[noreturn, gnu::cold]] void refuse_broken(const detail::LibraryOwner& owner, const char* call) {
-  throw Error(CUDA_ERROR_INVALID_IMAGE, call, "library " + detail::pointer_text(owner.library),
-              "its image did not compile when the driver loaded it (lazily), so it has no "
-              "kernels (custream refused without calling the driver)" +
-                  detail::jit_log_text(owner));
+  detail::throw_error(CUDA_ERROR_INVALID_IMAGE, call,
+                      "library " + detail::pointer_text(owner.library),
+                      "its image did not compile when the driver loaded it (lazily), so it has no "
+                      "kernels (custream refused without calling the driver)" +
+                          detail::jit_log_text(owner));
 }
 
 [[noreturn, gnu::cold]] void refuse_unload(CUlibrary library, long graphs, long others) {
@@ -170,14 +171,15 @@ namespace {
            " other reference(s) (copies of the Library or LibraryKernels taken from it) still use "
            "it";
   }
-  throw Error(CUDA_ERROR_NOT_PERMITTED, "cuLibraryUnload",
-              "library " + detail::pointer_text(library),
-              why + "; custream refused to unload it (it stays loaded until the last goes)");
+  detail::throw_error(
+      CUDA_ERROR_NOT_PERMITTED, detail::EntryInfo<&DriverApi::cuLibraryUnload>::name,
+      "library " + detail::pointer_text(library),
+      why + "; custream refused to unload it (it stays loaded until the last goes)");
 }
 }  // namespace
 
 void Library::unload() {
-  if (!owner_) refuse_empty("cuLibraryUnload");
+  if (!owner_) refuse_empty(detail::EntryInfo<&DriverApi::cuLibraryUnload>::name);
   detail::LibraryOwner* owner = owner_.get();
   Library cached;  // the cache's reference, dropped after the locks (not the last)
   {
@@ -243,7 +245,7 @@ LibraryKernel Library::kernel(const std::string& name) && {
 }
 
 const LibraryKernel& Library::kernel(const std::string& name) const& {
-  if (!owner_) refuse_empty("cuLibraryGetKernel");
+  if (!owner_) refuse_empty(detail::EntryInfo<&DriverApi::cuLibraryGetKernel>::name);
   detail::LibraryOwner& owner = *owner_.get();
   if (owner.enumerated) {  // immutable since the load: no lock (invariant 2)
     if (auto it = owner.by_name.find(name); it != owner.by_name.end()) {
@@ -284,7 +286,7 @@ void Library::preload(const Context& context) const {
 void Library::preload(const Device& device) const { preload(device.primary_context()); }
 
 LibraryGlobal Library::global(const std::string& name, const Context& context) const {
-  if (!owner_) refuse_empty("cuLibraryGetGlobal");
+  if (!owner_) refuse_empty(detail::EntryInfo<&DriverApi::cuLibraryGetGlobal>::name);
   ContextScope scope(detail::nonempty(context, "custream::Library::global"));
   LibraryGlobal g;
   if (CUresult r = detail::try_call<&DriverApi::cuLibraryGetGlobal>(
@@ -300,7 +302,7 @@ LibraryGlobal Library::global(const std::string& name, const Context& context) c
 }
 
 LibraryGlobal Library::managed(const std::string& name) const {
-  if (!owner_) refuse_empty("cuLibraryGetManaged");
+  if (!owner_) refuse_empty(detail::EntryInfo<&DriverApi::cuLibraryGetManaged>::name);
   LibraryGlobal g;
   if (CUresult r = detail::try_call<&DriverApi::cuLibraryGetManaged>(
           &g.address, &g.bytes, owner_.get()->library, name.c_str());

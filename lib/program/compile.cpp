@@ -34,6 +34,29 @@ std::string program_log(const NvrtcApi& api, nvrtcProgram p) {
   return log;
 }
 
+// Copies NVRTC's output of the kind asked for into `image`.
+void take_output(const NvrtcApi& api, nvrtcProgram p, NvrtcOutput output,
+                 const std::string& program, ProgramImage* image) {
+  using Size = nvrtcResult (*)(nvrtcProgram, std::size_t*);
+  using Data = nvrtcResult (*)(nvrtcProgram, char*);
+  Size size_fn = api.ptx_size;  // the PTX with its NUL
+  Data data_fn = api.ptx;
+  const char* what = "nvrtcGetPTX";
+  if (output == NvrtcOutput::cubin)
+    size_fn = api.cubin_size, data_fn = api.cubin, what = "nvrtcGetCUBIN";
+  if (output == NvrtcOutput::ltoir)
+    size_fn = api.ltoir_size, data_fn = api.ltoir, what = "nvrtcGetLTOIR";
+  if (size_fn == nullptr || data_fn == nullptr) {
+    throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
+                "NVRTC " + api.version_text() + " cannot output LTO-IR (NVRTC >= 12.0)");
+  }
+  std::size_t size = 0;
+  if (nvrtcResult r = size_fn(p, &size)) nvrtc_failed(api, r, what, program);
+  image->bytes.assign(size, '\0');
+  if (nvrtcResult r = data_fn(p, image->bytes.data())) nvrtc_failed(api, r, what, program);
+  image->ptx = output == NvrtcOutput::ptx;
+}
+
 }  // namespace
 
 std::string joined(const std::vector<std::string>& options) {
@@ -45,7 +68,6 @@ std::string joined(const std::vector<std::string>& options) {
 ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& options,
                        NvrtcOutput output, const std::string& arch) {
   const NvrtcApi& api = nvrtc();
-  before_compilation(api);
   std::vector<const char*> header_texts, header_names, option_ptrs;
   for (const auto& [name, text] : source.headers) {
     header_names.push_back(name.c_str());
@@ -85,31 +107,7 @@ ProgramImage run_nvrtc(const SourceSet& source, const std::vector<std::string>& 
     }
     image.lowered_names.emplace_back(e, lowered);
   }
-  auto get = [&](auto size_fn, auto data_fn, const char* what) {
-    if (size_fn == nullptr) {
-      throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
-                  "NVRTC " + api.version_text() + " cannot output " + what + " (NVRTC >= 12.0)");
-    }
-    std::size_t size = 0;
-    if (nvrtcResult r = size_fn(p.handle, &size)) nvrtc_failed(api, r, what, source.name);
-    image.bytes.assign(size, '\0');
-    if (nvrtcResult r = data_fn(p.handle, image.bytes.data()))
-      nvrtc_failed(api, r, what, source.name);
-  };
-  switch (output) {
-    case NvrtcOutput::ptx:
-      get(api.ptx_size, api.ptx, "nvrtcGetPTX");  // with its NUL
-      image.ptx = true;
-      break;
-    case NvrtcOutput::cubin:
-      get(api.cubin_size, api.cubin, "nvrtcGetCUBIN");
-      image.ptx = false;
-      break;
-    case NvrtcOutput::ltoir:
-      get(api.ltoir_size, api.ltoir, "nvrtcGetLTOIR");
-      image.ptx = false;
-      break;
-  }
+  take_output(api, p.handle, output, source.name, &image);
   return image;
 }
 

@@ -84,48 +84,6 @@ bool resolve(void* handle, F& field, const char* symbol) {
   return field != nullptr;
 }
 
-// Whether the driver custream loaded is its CPU emulator (it exports its control functions).
-bool driver_is_emulator() {
-  const Loaded* l = g_loaded.load(std::memory_order_acquire);
-  if (l == nullptr) return false;
-  void* h = dlopen(l->library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) return false;
-  const bool emu = dlsym(h, "custream_emu_register_kernel") != nullptr;
-  dlclose(h);
-  return emu;
-}
-
-std::atomic<bool> g_compiled{false};  // NVRTC compiled once in this process
-
-[[noreturn]] void refuse_after_emulator(const NvrtcApi& api) {
-  throw Error(CUDA_ERROR_NOT_SUPPORTED, {}, {},
-              "NVRTC (" + api.library +
-                  ") cannot start after custream loaded its CPU driver emulator: NVRTC opens "
-                  "libcuda.so.1 at its first compilation, finds the emulator and would crash; "
-                  "compile a custream::Program (or call custream::Program::nvrtc_version()) "
-                  "before the first use of the driver");
-}
-
-// NVRTC opens libcuda.so.1 itself at its first compilation in a process (cuInit, then
-// cuGetExportTable, called without a check), and never again. Once custream has loaded its CPU
-// emulator, whose soname is libcuda.so.1, NVRTC would find the emulator, which has no
-// cuGetExportTable, and crash. When CUSTREAM_LIBCUDA names a driver and none is loaded yet,
-// NVRTC compiles an empty program at once, while no libcuda.so.1 is loaded; otherwise its first
-// compilation is the first Program's (invariant 2).
-void first_compilation(const NvrtcApi& api) {
-  if (driver_is_emulator()) refuse_after_emulator(api);
-  const char* named = secure_getenv("CUSTREAM_LIBCUDA");
-  if (g_loaded.load(std::memory_order_acquire) != nullptr || named == nullptr || named[0] == '\0') {
-    return;
-  }
-  nvrtcProgram p = nullptr;
-  if (api.create(&p, "", "custream_first.cu", 0, nullptr, nullptr) != 0) return;
-  const char* option = "--gpu-architecture=compute_75";
-  api.compile(p, 1, &option);
-  api.destroy(&p);
-  g_compiled.store(true);
-}
-
 const NvrtcApi& load_nvrtc() {
   const Opened o =
       open_first("CUSTREAM_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
@@ -154,7 +112,6 @@ const NvrtcApi& load_nvrtc() {
   resolve(o.handle, api->ltoir_size, "nvrtcGetLTOIRSize");
   resolve(o.handle, api->ltoir, "nvrtcGetLTOIR");
   api->version(&api->major, &api->minor);
-  first_compilation(*api);
   return *api.release();  // for the rest of the process, like the driver
 }
 
@@ -220,11 +177,6 @@ std::string toolkit_lib_dirs_text() {
   return out;
 }
 
-void before_compilation(const NvrtcApi& api) {
-  if (g_compiled.load(std::memory_order_acquire)) return;
-  if (driver_is_emulator()) refuse_after_emulator(api);
-  g_compiled.store(true, std::memory_order_release);
-}
 
 std::string find_in_toolkit(const std::string& file) {
   for (const std::string& dir : toolkit_lib_dirs()) {

@@ -66,10 +66,6 @@ struct NvJitLinkApi {
 /// @throws Error (CUDA_ERROR_NOT_FOUND) naming NVRTC, every path tried and how to fix it; the
 /// failure is recorded and thrown again by every later call.
 const NvrtcApi& nvrtc();
-/// Called before each NVRTC compilation: the first in a process is refused (Error,
-/// CUDA_ERROR_NOT_SUPPORTED, saying why) when the driver custream loaded is its CPU emulator,
-/// which NVRTC would find and crash on.
-void before_compilation(const NvrtcApi& api);
 /// nvJitLink, the same way ($CUSTREAM_NVJITLINK, libnvJitLink.so.13, .12, libnvJitLink.so).
 const NvJitLinkApi& nvjitlink();
 

@@ -61,6 +61,13 @@ std::string subject_text(const Subject& subject);
 [[noreturn, gnu::cold]] void throw_stream_error(CUresult result, const char* call,
                                                 const StreamRef& stream, std::string detail = {});
 
+/// Reports `result` of a release call (`call` on the `what` at `handle`, e.g. the name of
+/// cuStreamDestroy, "stream", h) to the release-error handler, unless it is CUDA_SUCCESS or
+/// CUDA_ERROR_DEINITIALIZED. For destructors and cleanup paths: never throws, and allocates
+/// only on failure. Defined in lib/error.cpp, with the two throw helpers above.
+void report_release_failure(CUresult result, const char* call, const char* what,
+                            const void* handle) noexcept;
+
 /// The entry's function pointer from `api`; for an optional entry the driver lacks, throws
 /// the error that names the minimum driver.
 template <auto Field>

@@ -1,5 +1,10 @@
 // The loaded driver and per-device state, as inline hot paths need them. Internal: not part
 // of custream's API. Design: docs/design/loading.md.
+//
+// Defined in lib/driver.cpp, except the out-of-line callees of the inline paths here and in
+// custream/device.hpp and custream/detail/call.hpp, which public headers must see:
+// retain_primary_context, device_of_context and current_primary_context (lib/context.cpp),
+// throw_bad_ordinal (lib/error.cpp). Everything else lib/ defines is declared in lib/.
 #pragma once
 
 #include <atomic>
@@ -18,8 +23,6 @@ struct DeviceSlot {
   std::atomic<CUcontext> primary{nullptr};
   /// Serialises this device's first retain only: retaining device 1 never waits for device 0.
   std::mutex retain_mutex;
-  /// Whether completions may be written to host memory by its streams: -1 not asked yet, 0, 1.
-  std::atomic<signed char> memory_writes{-1};
 };
 
 /// Everything that exists once the driver is loaded.
@@ -83,25 +86,11 @@ inline int device_of_current(const Loaded& l, CUcontext current) {
   return ordinal >= 0 ? ordinal : device_of_context(current);
 }
 
-/// The ordinal of the current device (Device::current() without building a Device).
-/// @throws Error.
-int current_device_ordinal(const Loaded& l);
-
 /// The primary context of the current device. @throws Error.
 CUcontext current_primary_context();
-
-/// Throws Error for `call` failing with `result`, about nothing in particular.
-[[noreturn, gnu::cold]] void throw_error(CUresult result, const char* call);
 
 /// Throws the error for an optional entry point the driver lacks (`field` of DriverApi):
 /// names the call, the ABI version and the minimum driver.
 [[noreturn, gnu::cold]] void throw_missing_entry(const char* field);
-
-/// Reports `result` of a release call (`call` on the `what` at `handle`, e.g.
-/// "cuStreamDestroy", "stream", h) to the release-error handler, unless it is CUDA_SUCCESS or
-/// CUDA_ERROR_DEINITIALIZED. For destructors and cleanup paths: never throws, and allocates
-/// only on failure.
-void report_release_failure(CUresult result, const char* call, const char* what,
-                            const void* handle) noexcept;
 
 }  // namespace custream::detail

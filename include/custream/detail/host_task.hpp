@@ -4,14 +4,14 @@
 /// docs/design/host_functions.md.
 #pragma once
 
-#include "custream/detail/cuda.hpp"
-
 #include <cstddef>
 #include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
 
+#include "custream/detail/block_pool.hpp"
+#include "custream/detail/cuda.hpp"
 #include "custream/stream_ref.hpp"
 
 namespace custream {
@@ -19,47 +19,6 @@ namespace custream {
 class Stream;
 
 namespace detail {
-
-/// A free block of the host-task pool (docs/design/host_functions.md, invariants 7 and 8).
-struct PoolBlock {
-  PoolBlock* next;
-};
-/// This thread's free blocks (fewer than kPoolBatch). Initial-exec TLS: no __tls_get_addr
-/// call, also from a shared libcustream.
-extern thread_local PoolBlock* t_pool_free __attribute__((tls_model("initial-exec")));
-/// Refills this thread's list with one batch of at most kPoolBatch blocks (freed ones, or a
-/// new slab) and returns one block. @throws std::bad_alloc.
-[[gnu::cold]] void* pool_refill();
-/// The most blocks a refill hands a thread, and the most a freeing thread keeps before it
-/// gives them back as one batch (invariant 7).
-inline constexpr std::size_t kPoolBatch = 64;
-
-/// What the pool holds (for tests and diagnostics).
-struct PoolStats {
-  std::size_t thread_held = 0;     ///< blocks in the calling thread's list
-  std::size_t freeing = 0;         ///< freed blocks in threads' partial batches, all threads
-  std::size_t shared = 0;          ///< free blocks in whole batches no thread holds
-  std::size_t slabs = 0;           ///< slabs allocated so far (never freed)
-  std::size_t blocks = 0;          ///< blocks the pool has made (slabs, plain late ones)
-  std::size_t exit_handbacks = 0;  ///< threads that gave their list back when they ended
-  std::size_t exit_returned = 0;   ///< blocks those threads walked and gave back, in all
-  bool pooled = true;              ///< false under AddressSanitizer: every task is plain new/delete
-};
-/// A snapshot of the pool. Walks this thread's list, the shared
-/// batches and the threads' records under the pool's mutex: a diagnostic, not for hot paths.
-/// Never throws.
-PoolStats pool_stats() noexcept;
-
-/// Asks for the cache line at `p` in a writable state, without waiting for it.
-inline void prefetch_for_write(const void* p) noexcept {
-#if defined(__x86_64__)
-  // PREFETCHW (executed as a NOP by x86-64 processors without it); GCC emits it for
-  // __builtin_prefetch only with -mprfchw.
-  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 1, 3);
-#endif
-}
 
 /// A host function or callback moved to the heap before the committing driver call.
 /// Type-erased with two function pointers: one allocation, no virtual table, no driver call
@@ -78,17 +37,13 @@ struct HostTask {
   /// Tasks of up to kPooledBytes come from a recycling pool (host_functions.md, 7): a host
   /// function is allocated by the enqueueing thread and freed by the driver's thread, and
   /// malloc's arenas turned that hand-over into ~1 µs of contention per enqueue on the H200.
-  static constexpr std::size_t kPooledBytes = 128;
+  /// The pool is shared with the completion engine's tasks (custream/detail/block_pool.hpp).
+  static constexpr std::size_t kPooledBytes = kPoolBlockBytes;
   /// Pooled allocation (falls back to ::operator new above kPooledBytes): pops this
   /// thread's list, inline, and prefetches the next block (host_functions.md, invariant 8).
   static void* operator new(std::size_t size) {
     if (size > kPooledBytes) return ::operator new(size);
-    PoolBlock* block = t_pool_free;
-    if (block == nullptr) return pool_refill();
-    PoolBlock* next = block->next;
-    t_pool_free = next;
-    if (next != nullptr) prefetch_for_write(next);
-    return block;
+    return take_pool_block();
   }
   /// Returns a block to the pool (::operator delete above kPooledBytes).
   static void operator delete(void* p, std::size_t size) noexcept;
