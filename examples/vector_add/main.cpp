@@ -51,7 +51,7 @@ void register_cpu_twin() {
 }
 
 int run() {
-  // NVRTC first: on custream's CPU emulator it must be loaded before the driver.
+  // Without NVRTC (a machine with only the driver) the example has nothing to compile with.
   try {
     custream::Program::nvrtc_version();
   } catch (const custream::Error& e) {
