@@ -37,6 +37,10 @@ void add_context_cases(std::vector<Case>& cases);
 /// the driver load it saves (docs/performance.md). Device 0.
 void add_library_cases(std::vector<Case>& cases);
 
+/// Typed copies (DeviceArray and PinnedArray, 4 KiB each way) against the raw copies, and a
+/// 256 MiB copy each way at the raw bandwidth (docs/performance.md). Device 0.
+void add_memory_cases(std::vector<Case>& cases);
+
 /// Throws custream::Error naming `what` unless `r` is CUDA_SUCCESS (the raw variants' check).
 void check(CUresult r, const char* what);
 

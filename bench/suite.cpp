@@ -333,6 +333,7 @@ std::vector<Case> all_cases() {
   add_context_cases(cases);
   add_library_cases(cases);
   add_completion_cases(cases);
+  add_memory_cases(cases);
   return cases;
 }
 

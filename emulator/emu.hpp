@@ -497,6 +497,11 @@ bool valid(const std::unordered_set<const void*>& set, const void* p);
 void user_object_add(UserObject* o, unsigned n);
 void user_object_sub(UserObject* o, unsigned n);
 
+/// Accounts a cuMemAllocAsync allocation to device dev's default pool (mempool.cpp; mu held).
+void pool_allocated(int dev, CUdeviceptr p, size_t bytes);
+/// Returns an allocation's bytes to its pool, if it came from one (mu held).
+void pool_freed(CUdeviceptr p);
+
 /// One versioned driver entry point served by cuGetProcAddress.
 struct Entry {
   const char* name;
@@ -518,6 +523,7 @@ void register_user_object_entries(std::vector<Entry>& out);
 void register_module_entries(std::vector<Entry>& out);
 void register_library_entries(std::vector<Entry>& out);
 void register_green_entries(std::vector<Entry>& out);
+void register_mempool_entries(std::vector<Entry>& out);
 /// The implementation of entry point `name` at ABI `version` (the greatest registered version
 /// <= version), or nullptr: what cuGetProcAddress serves, for the exported symbols.
 void* entry_point(const char* name, int version);

@@ -54,6 +54,7 @@ CUresult mem_free(CUdeviceptr p) {
     return graph_allocation_freeable(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   s.allocations.erase(it);
   s.live.fetch_sub(1);
+  pool_freed(p);  // cuMemAllocAsync's memory freed with cuMemFree
   wait_outstanding_work(lk);
   lk.unlock();
   std::free(reinterpret_cast<void*>(p));
@@ -77,6 +78,7 @@ CUresult mem_alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h) {
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   s.allocations[p] = bytes;
   s.live.fetch_add(1);
+  pool_allocated(st->ctx->device, p, bytes);
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -98,6 +100,7 @@ CUresult mem_free_async(CUdeviceptr p, CUstream h) {
   if (CUresult r = enqueue(st, w)) return r;
   s.allocations.erase(p);
   s.live.fetch_sub(1);
+  pool_freed(p);
   return CUDA_SUCCESS;
 }
 
@@ -219,6 +222,12 @@ CUresult memset_d8_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h)
   return submit(h, memset_work(dst, v, 1, n), false);
 }
 
+CUresult memset_d16_async(CUdeviceptr dst, unsigned short v, size_t n, CUstream h) {
+  EMU_ENTER("cuMemsetD16Async");
+  if (!dst || dst % 2) return CUDA_ERROR_INVALID_VALUE;
+  return submit(h, memset_work(dst, v, 2, n), false);
+}
+
 CUresult memset_d32_async(CUdeviceptr dst, unsigned int v, size_t n, CUstream h) {
   EMU_ENTER("cuMemsetD32Async");
   if (!dst || dst % 4) return CUDA_ERROR_INVALID_VALUE;
@@ -320,6 +329,7 @@ void register_memory_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuMemAllocAsync, 11020, mem_alloc_async),
                  EMU_ENTRY(cuMemFreeAsync, 11020, mem_free_async),
                  EMU_ENTRY(cuMemsetD8Async, 3020, memset_d8_async),
+                 EMU_ENTRY(cuMemsetD16Async, 3020, memset_d16_async),
                  EMU_ENTRY(cuMemsetD32Async, 3020, memset_d32_async),
                  EMU_ENTRY(cuMemsetD8, 2000, memset_d8_v1),
                  EMU_ENTRY(cuMemsetD8, 3020, memset_d8),

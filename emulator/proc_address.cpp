@@ -85,6 +85,7 @@ const Table& table() {
     register_module_entries(all);
     register_library_entries(all);
     register_green_entries(all);
+    register_mempool_entries(all);
     auto* out = new Table;  // leaked: process lifetime (invariant 5)
     for (const Entry& e : all) (*out)[e.name].push_back(e);
     return out;

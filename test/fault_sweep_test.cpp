@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -64,6 +65,7 @@
 #include "custream/context_scope.hpp"
 #include "custream/current_stream.hpp"
 #include "custream/device.hpp"
+#include "custream/device_array.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/device_scope.hpp"
 #include "custream/driver.hpp"
@@ -76,7 +78,9 @@
 #include "custream/launch_config.hpp"
 #include "custream/library.hpp"
 #include "custream/library_kernel.hpp"
+#include "custream/memory_pool.hpp"
 #include "custream/module.hpp"
+#include "custream/pinned_array.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
@@ -193,9 +197,6 @@ const std::map<std::string, std::string>& unreachable() {
        "the emulator does not serve it: the builder refuses a kernel node with launch "
        "attributes, before adding it, on a driver without it (graph_builder_test)"},
       // Served (and checked by the conformance suite) for tests and users' programs.
-      {"cuMemFreeHost",
-       "called by the library only when the device address of new host-mapped memory cannot be "
-       "had or differs from its host address (no clean run gets there)"},
       {"cuStreamWriteValue32", "never called by the library (completions write 64-bit words)"},
       {"cuStreamWaitValue32", "never called by the library; tests and benchmarks"},
       {"cuStreamWaitValue64", "never called by the library; tests and benchmarks"},
@@ -1139,6 +1140,31 @@ std::vector<Operation> operations() {
       if (e.result() != CUDA_ERROR_INVALID_VALUE) throw;
       expect(!e.description().empty(), "the description");
     }
+  });
+  add("typed memory: DeviceArray (plain, stream-ordered), PinnedArray, fills, memory pool", [] {
+    Stream s(custream::StreamFlags::non_blocking);
+    // Pinned memory: its free waits for the work that may still use it (a failure may throw
+    // before the synchronize below).
+    custream::PinnedArray<std::uint32_t> host(64, custream::PinnedFlags::mapped);
+    custream::DeviceArray<std::uint32_t> plain(64), ordered(64, s);
+    custream::DeviceArray<std::uint16_t> halves(64, s);
+    custream::DeviceArray<unsigned char> bytes(64, s);
+    const custream::DeviceArray<unsigned char> elsewhere(64, custream::Device(other_device()));
+    plain.copy_from(s, host);
+    bytes.fill(s, static_cast<unsigned char>(1));
+    ordered.fill(s, 7u);
+    halves.fill(s, std::uint16_t{9});
+    ordered.copy_to(s, host);
+    expect(plain.to_vector(s).size() == 64, "to_vector's size");
+    expect(host[63] == 7u, "the 32-bit fill copied back");
+    (void)host.device_pointer();
+    const custream::MemoryPool pool = custream::MemoryPool::device_default(custream::Device(0));
+    const std::uint64_t threshold = pool.release_threshold();
+    pool.set_release_threshold(threshold);
+    (void)pool.used_bytes();
+    (void)pool.reserved_bytes();
+    pool.trim_to(0);
+    custream::DeviceArray<std::uint32_t> moved(std::move(ordered));
   });
   return ops;
 }

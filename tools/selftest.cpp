@@ -149,6 +149,49 @@ struct DeviceChecks {
     return capture.end(flags);
   }
 
+  /// DeviceArray (stream-ordered) and PinnedArray copies and fills; the device's memory pool.
+  void typed_memory_rows(Tally& t) {
+    row(t, d, "typed memory (DeviceArray on a stream, pinned)", [&] {
+      need_stream();
+      if (custream::testing::driver().cuMemAllocAsync == nullptr) {
+        throw Skip{"stream-ordered allocation needs a CUDA 11.2 driver"};
+      }
+      constexpr std::size_t n = 4096;
+      custream::PinnedArray<std::uint16_t> host(n, custream::PinnedFlags::mapped);
+      for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<std::uint16_t>(i * 7);
+      custream::DeviceArray<std::uint16_t> array(n, stream);
+      array.copy_from(stream, host);
+      array.fill(stream, 0xbeef);
+      array.copy_from(stream, host.data(), n / 2);  // the first half back
+      const std::vector<std::uint16_t> out = array.to_vector(stream);
+      expect(out[0] == 0 && out[n / 2 - 1] == static_cast<std::uint16_t>((n / 2 - 1) * 7),
+             "the first half was not copied in");
+      expect(out[n / 2] == 0xbeef && out[n - 1] == 0xbeef, "the 16-bit fill did not land");
+      expect(host.device_pointer() != 0, "mapped pinned memory has no device pointer");
+    });
+    row(t, d, "memory pool (release threshold, used bytes)", [&] {
+      need_stream();
+      if (custream::testing::driver().cuDeviceGetDefaultMemPool == nullptr) {
+        throw Skip{"memory pools need a CUDA 11.2 driver"};
+      }
+      const custream::MemoryPool pool = custream::MemoryPool::device_default(device);
+      const std::uint64_t threshold = pool.release_threshold();
+      pool.set_release_threshold(32u << 20);
+      expect(pool.release_threshold() == (32u << 20), "the release threshold was not kept");
+      stream.synchronize();
+      const std::uint64_t used = pool.used_bytes();
+      {
+        custream::DeviceArray<char> array(2u << 20, stream);
+        stream.synchronize();
+        expect(pool.used_bytes() >= used + (2u << 20), "an allocation did not count as used");
+      }
+      stream.synchronize();
+      expect(pool.used_bytes() == used, "a freed allocation still counts as used");
+      pool.trim_to(0);
+      pool.set_release_threshold(threshold);
+    });
+  }
+
   void run(Tally& t) {
     row(t, d, "create stream (non-blocking, priority -1)", [&] {
       stream = custream::Stream(device, custream::StreamFlags::non_blocking, -1);
@@ -341,6 +384,8 @@ struct DeviceChecks {
       const int v = read_int(stream, buffer.get());
       expect(v == 43, "the kernel wrote " + std::to_string(v));
     });
+
+    typed_memory_rows(t);
 
     row(t, d, "completion (callback and future, no host function)", [&] {
       need_stream();

@@ -199,12 +199,22 @@ using namespace std::chrono_literals;
   X(cuStreamWaitValue32_v1, cuStreamWaitValue32, 8000)          \
   X(cuStreamWaitValue64_v1, cuStreamWaitValue64, 9000)
 
+// Memory pools (stream-ordered allocation, CUDA 11.2) and the 16-bit memset: loaded when
+// served; a case that needs them skips without them (REQUIRE_MEMPOOLS).
+#define CONFORMANCE_MEMPOOL_ENTRIES(X)                          \
+  X(cuMemsetD16Async, cuMemsetD16Async, 3020)                   \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020) \
+  X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020)         \
+  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020)         \
+  X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020)
+
 struct Api {
 #define CONFORMANCE_FIELD(field, symbol, version) PFN_##symbol##_v##version field = nullptr;
   CONFORMANCE_ENTRIES(CONFORMANCE_FIELD)
   CONFORMANCE_OPTIONAL_ENTRIES(CONFORMANCE_FIELD)
   CONFORMANCE_LIBRARY_ENTRIES(CONFORMANCE_FIELD)
   CONFORMANCE_MEMOP_ENTRIES(CONFORMANCE_FIELD)
+  CONFORMANCE_MEMPOOL_ENTRIES(CONFORMANCE_FIELD)
 #undef CONFORMANCE_FIELD
 };
 
@@ -258,6 +268,7 @@ inline const Driver& driver() {
     CONFORMANCE_OPTIONAL_ENTRIES(CONFORMANCE_LOAD_OPTIONAL)
     CONFORMANCE_LIBRARY_ENTRIES(CONFORMANCE_LOAD_OPTIONAL)
     CONFORMANCE_MEMOP_ENTRIES(CONFORMANCE_LOAD_OPTIONAL)
+    CONFORMANCE_MEMPOOL_ENTRIES(CONFORMANCE_LOAD_OPTIONAL)
 #undef CONFORMANCE_LOAD_OPTIONAL
     if (r->api.cuInit(0) != CUDA_SUCCESS) {
       r->error = "cuInit failed";
@@ -310,6 +321,22 @@ inline const char* missing_memop_entry() {
 #undef CONFORMANCE_MISSING
   return nullptr;
 }
+
+// The first memory-pool entry point the driver does not serve, or NULL.
+inline const char* missing_mempool_entry() {
+#define CONFORMANCE_MISSING(field, symbol, version) \
+  if (!driver().api.field) return #symbol " at " #version;
+  CONFORMANCE_MEMPOOL_ENTRIES(CONFORMANCE_MISSING)
+#undef CONFORMANCE_MISSING
+  return nullptr;
+}
+
+#define REQUIRE_MEMPOOLS()                                                         \
+  do {                                                                             \
+    REQUIRE_DRIVER_LOADED();                                                       \
+    if (const char* missing_ = missing_mempool_entry())                            \
+      CUSTREAM_SKIP("no memory pools: the driver does not serve " << missing_);    \
+  } while (false)
 
 #define REQUIRE_MEMOPS()                                                                    \
   do {                                                                                      \

@@ -144,7 +144,13 @@
   X(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060, false)                        \
   X(cuGraphNodeGetEnabled, cuGraphNodeGetEnabled, 11060, false)                        \
   X(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams, 12000, false)              \
-  X(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030, false)
+  X(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030, false)  \
+  /* typed memory */                                                                    \
+  X(cuMemsetD16Async, cuMemsetD16Async, 3020, false)                                    \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, false)                 \
+  X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, false)                         \
+  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, false)                         \
+  X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, false)
 
 namespace custream::detail {
 
