@@ -173,6 +173,30 @@ CUresult graph_kernel_node_get_params(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v2*
   return kernel_node_get_params(h, p);
 }
 
+// Launch attributes of a kernel node (what a launch's cuLaunchKernelEx attributes would
+// say). The emulator runs blocks in order on one thread: it checks the node and the
+// attribute and keeps nothing (priorities, clusters and domains change no result here).
+CUresult graph_kernel_node_set_attribute(CUgraphNode h, CUkernelNodeAttrID attr,
+                                         const CUkernelNodeAttrValue_v1* value) {
+  EMU_ENTER("cuGraphKernelNodeSetAttribute");
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Node* n = as_node(h);
+  if (!n || n->work.type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
 // The CUDA 10.0 ABI: the same without the kernel and context fields.
 CUresult graph_kernel_node_get_params_v1(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v1* p) {
   EMU_ENTER("cuGraphKernelNodeGetParams");
@@ -363,6 +387,7 @@ void register_graph_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuGraphHostNodeSetParams, 10000, graph_host_node_set_params),
                  EMU_ENTRY(cuGraphKernelNodeGetParams, 10000, graph_kernel_node_get_params_v1),
                  EMU_ENTRY(cuGraphKernelNodeGetParams, 12000, graph_kernel_node_get_params),
+                 EMU_ENTRY(cuGraphKernelNodeSetAttribute, 11000, graph_kernel_node_set_attribute),
                  EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
              });
 }

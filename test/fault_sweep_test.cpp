@@ -193,9 +193,6 @@ const std::map<std::string, std::string>& unreachable() {
       {"cuStreamCreate", "never called by the library (it uses cuStreamCreateWithPriority)"},
       {"cuStreamGetDevice", "never called by the library: it would invalidate a capture"},
       {"cuMemcpyDtoDAsync", "never called by the library (device to device is cuMemcpyAsync)"},
-      {"cuGraphKernelNodeSetAttribute",
-       "the emulator does not serve it: the builder refuses a kernel node with launch "
-       "attributes, before adding it, on a driver without it (graph_builder_test)"},
       // Served (and checked by the conformance suite) for tests and users' programs.
       {"cuStreamWriteValue32", "never called by the library (completions write 64-bit words)"},
       {"cuStreamWaitValue32", "never called by the library; tests and benchmarks"},
@@ -838,7 +835,9 @@ std::vector<Operation> operations() {
     const custream::Kernel k = m.kernel("noop");
     custream::GraphBuilder g = custream::GraphBuilder::create();
     const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{3}, 16);
-    const custream::GraphNode run = g.add_kernel(fill, k, custream::LaunchConfig{{1}, {1}});
+    custream::LaunchConfig with_priority{{1}, {1}};
+    with_priority.priority = 0;  // a kernel node attribute (cuGraphKernelNodeSetAttribute)
+    const custream::GraphNode run = g.add_kernel(fill, k, with_priority);
     const custream::GraphNode copy = g.add_copy_to_host(run, host, b.get(), 64);
     const custream::GraphNode call = g.add_host(copy, [c = Counted{}] {});
     const custream::GraphNode record = g.add_event_record(call, e);
@@ -1166,6 +1165,38 @@ std::vector<Operation> operations() {
     pool.trim_to(0);
     custream::DeviceArray<std::uint32_t> moved(std::move(ordered));
   });
+  add("graphs: per-node updates of a built graph (kernel, memset, copy, host, child, enabled)",
+      [] {
+        Stream s(custream::StreamFlags::non_blocking);
+        custream::DeviceBuffer b(64);
+        static std::uint32_t host[16];  // a failure may leave a launch copying into it
+        const custream::Module m = custream::Module::from_ptx(
+            ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  "
+            "ret;\n}\n");
+        const custream::Kernel k = m.kernel("noop");
+        custream::GraphBuilder g = custream::GraphBuilder::create();
+        const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{1}, 16);
+        const custream::GraphNode run = g.add_kernel(fill, k, custream::LaunchConfig{{1}, {1}});
+        const custream::GraphNode copy = g.add_copy_to_host(run, host, b.get(), 64);
+        const custream::GraphNode call = g.add_host(copy, [c = Counted{}] {});
+        custream::GraphBuilder child = custream::GraphBuilder::create();
+        child.add_host({}, [c = Counted{}] {});
+        const custream::GraphNode nested = g.add_child(call, child);
+        custream::Graph exec = g.instantiate();
+        exec.update_memset(fill, b.get(), std::uint32_t{5}, 16);
+        exec.update_kernel(run, custream::LaunchConfig{{1}, {1}});
+        exec.update_copy_to_host(copy, host, b.get(), 64);
+        exec.set_host(call, [c = Counted{}] {});
+        custream::GraphBuilder other = custream::GraphBuilder::create();
+        other.add_host({}, [c = Counted{}] {});
+        exec.set_child(nested, other);
+        exec.set_enabled(run, false);
+        expect(!exec.enabled(run), "the kernel node disabled");
+        exec.set_enabled(run, true);
+        exec.launch(s);
+        s.synchronize();
+        expect(host[0] == 5, "the word the updated memset wrote");
+      });
   return ops;
 }
 
