@@ -58,6 +58,7 @@ class GraphNode {
  private:
   friend class GraphBuilder;
   friend class Graph;
+  friend class GraphCaptureScope;
   GraphNode(CUgraphNode node, CUgraph graph, GraphNodeKind kind) noexcept
       : node_(node), graph_(graph), kind_(kind) {}
 
