@@ -18,6 +18,7 @@
 #include "custream/graph_update_error.hpp"
 #include "custream/nvtx_range.hpp"
 #include "driver.hpp"
+#include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 #include "shared.hpp"
@@ -37,6 +38,7 @@ struct GraphOwner : Counted {
   bool owned = false;        // adopted or from end_capture: destroyed with the last reference
   Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
   GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
+  Shared<BuilderOwner> builder;  // the builder it was instantiated from (graphs.md, Builders)
 };
 template struct Refs<GraphOwner>;
 
@@ -233,6 +235,18 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   return g;
 }
 
+Graph Graph::from_builder(const detail::Shared<detail::BuilderOwner>& builder,
+                          InstantiateFlags flags, StreamRef stream) {
+  detail::BuilderOwner& b = *builder.get();
+  // Instantiated in the builder's context (a special upload stream means the current one).
+  ContextScope scope(b.context);
+  Graph g = make(b.root(), false, flags, stream, ~std::uint64_t{0});  // only exposed ones
+  g.owner_.get()->builder = builder;  // the graph and what its nodes own (invariant B1)
+  g.owner_.get()->libraries.hold(b.libraries);
+  if (b.context.owned()) g.keep_context(b.context);
+  return g;
+}
+
 void Graph::keep_context(const Context& context) {
   if (owner_) owner_.get()->keep = context;
 }
@@ -316,15 +330,14 @@ void Graph::update_from_capture(StreamRef stream) {
   update_exec(graph_, exec_, captured.graph);
 }
 
-std::string Graph::dot(bool verbose) const {
-  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
   detail::entry<&DriverApi::cuGraphDebugDotPrint>(detail::api());  // an older driver: say so
   const char* tmp = std::getenv("TMPDIR");
   std::string path =
       std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/custream-graph-XXXXXX";
   const int fd = mkstemp(path.data());
   if (fd < 0) {
-    throw Error(CUDA_ERROR_OPERATING_SYSTEM, "custream::Graph::dot", graph_text(graph_, exec_),
+    throw Error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
                 "cannot create a temporary file in " + path);
   }
   ::close(fd);
@@ -333,12 +346,17 @@ std::string Graph::dot(bool verbose) const {
     ~Unlink() { ::unlink(path.c_str()); }
   } unlink_at_exit{path};
   detail::call<&DriverApi::cuGraphDebugDotPrint>(
-      detail::graph_subject(graph_), static_cast<CUgraph>(graph_), path.c_str(),
+      detail::graph_subject(graph), graph, path.c_str(),
       static_cast<unsigned>(verbose ? CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE : 0));
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string Graph::dot(bool verbose) const {
+  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+  return detail::graph_dot(graph_, verbose, "custream::Graph::dot");
 }
 
 std::size_t Graph::node_count() const {

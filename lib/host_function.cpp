@@ -58,7 +58,6 @@ void CUDA_CB callback_once(CUstream, CUresult status, void* p) {
   task->destroy(task);
 }
 
-void CUDA_CB run_captured(void* p) { run(*static_cast<detail::HostTask*>(p), CUDA_SUCCESS); }
 
 // The user object's destructor: frees the payload, never calls the driver.
 void CUDA_CB destroy_task(void* p) {
@@ -76,36 +75,8 @@ void CUDA_CB destroy_task(void* p) {
 
 enum class TaskKind { host_function, callback };
 
-// What giving a payload to a graph's user object came to.
-struct Attached {
-  CUresult result = CUDA_SUCCESS;
-  const char* call = nullptr;  // the failing entry
-  bool object_made = false;    // the user object owns the payload (frees it when released)
-};
-
-// Gives `task` to a new user object and moves that object's reference to `graph` (invariant
-// 3). When the move fails, the object is released (which frees the payload) only when
-// `release_object`; otherwise it is kept: a leak rather than a dangling node.
-Attached give_to_graph(CUgraph graph, detail::HostTask* task, bool release_object) {
-  using Create = detail::EntryInfo<&DriverApi::cuUserObjectCreate>;
-  using Retain = detail::EntryInfo<&DriverApi::cuGraphRetainUserObject>;
-  CUuserObject object = nullptr;
-  if (CUresult r = detail::try_call<&DriverApi::cuUserObjectCreate>(
-          &object, static_cast<void*>(task), &destroy_task, 1u,
-          static_cast<unsigned>(CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
-      r != CUDA_SUCCESS) {
-    return {r, Create::name, false};
-  }
-  if (CUresult r = detail::try_call<&DriverApi::cuGraphRetainUserObject>(
-          graph, object, 1u, static_cast<unsigned>(CU_GRAPH_USER_OBJECT_MOVE));
-      r != CUDA_SUCCESS) {
-    if (release_object) {  // runs the destructor (on a driver thread)
-      detail::release_call<&DriverApi::cuUserObjectRelease>("user object", object, object, 1u);
-    }
-    return {r, Retain::name, true};
-  }
-  return {CUDA_SUCCESS, nullptr, true};
-}
+using detail::Attached;
+using detail::give_to_graph;
 
 // Attaches `task` to `graph` and enqueues it as a host node (invariant 3).
 void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph graph) {
@@ -117,7 +88,7 @@ void launch_captured(const DriverApi& api, StreamRef s, TaskPtr task, CUgraph gr
     detail::throw_stream_error(attached.result, attached.call, s,
                                "the host function was not enqueued; it is destroyed");
   }
-  const CUresult r = api.cuLaunchHostFunc(s.handle(), &run_captured, raw);
+  const CUresult r = api.cuLaunchHostFunc(s.handle(), &detail::run_host_task_replayable, raw);
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, "cuLaunchHostFunc", s,
                                "the host function was not captured; the capture graph owns it "
@@ -239,7 +210,7 @@ void own_node(CUgraph graph, const RunOnceNode& n, bool owned) {
     fail_on_graph(attached.result, attached.call, graph);
   }
   n.task->captured = true;
-  const CUDA_HOST_NODE_PARAMS params{&run_captured, n.task};
+  const CUDA_HOST_NODE_PARAMS params{&detail::run_host_task_replayable, n.task};
   if (CUresult r = detail::try_call<&DriverApi::cuGraphHostNodeSetParams>(n.node, &params);
       r != CUDA_SUCCESS) {
     fail_on_graph(r, detail::EntryInfo<&DriverApi::cuGraphHostNodeSetParams>::name, graph);
@@ -274,6 +245,29 @@ void free_run_once_nodes(CUgraph graph) noexcept {
   } catch (...) {
     report_release_failure(CUDA_ERROR_OUT_OF_MEMORY, "custream::Graph", "graph", graph);
   }
+}
+
+void CUDA_CB run_host_task_replayable(void* p) { run(*static_cast<HostTask*>(p), CUDA_SUCCESS); }
+
+Attached give_to_graph(CUgraph graph, HostTask* task, bool release_object) {
+  using Create = EntryInfo<&DriverApi::cuUserObjectCreate>;
+  using Retain = EntryInfo<&DriverApi::cuGraphRetainUserObject>;
+  CUuserObject object = nullptr;
+  if (CUresult r = try_call<&DriverApi::cuUserObjectCreate>(
+          &object, static_cast<void*>(task), &destroy_task, 1u,
+          static_cast<unsigned>(CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+      r != CUDA_SUCCESS) {
+    return {r, Create::name, false, nullptr};
+  }
+  if (CUresult r = try_call<&DriverApi::cuGraphRetainUserObject>(
+          graph, object, 1u, static_cast<unsigned>(CU_GRAPH_USER_OBJECT_MOVE));
+      r != CUDA_SUCCESS) {
+    if (release_object) {  // runs the destructor (on a driver thread)
+      release_call<&DriverApi::cuUserObjectRelease>("user object", object, object, 1u);
+    }
+    return {r, Retain::name, true, nullptr};
+  }
+  return {CUDA_SUCCESS, nullptr, true, object};
 }
 
 void CUDA_CB run_host_task_once(void* p) {

@@ -10,6 +10,28 @@
 
 namespace custream::detail {
 
+struct HostTask;
+
+/// What giving a payload to a graph's user object came to.
+struct Attached {
+  CUresult result = CUDA_SUCCESS;
+  const char* call = nullptr;     ///< the failing entry
+  bool object_made = false;       ///< the user object owns the payload (frees it when released)
+  CUuserObject object = nullptr;  ///< the user object `graph` now holds (on success)
+};
+
+/// Gives `task` to a new user object (CU_USER_OBJECT_NO_DESTRUCTOR_SYNC; its destructor frees
+/// the payload, never calling the driver) and moves that object's reference to `graph`
+/// (CU_GRAPH_USER_OBJECT_MOVE), invariant 3: the payload then lives as long as the graph and
+/// every executable of it. When the move fails, the object is released (which frees the
+/// payload) only when `release_object`; otherwise it is kept: a leak rather than a dangling
+/// node. Never throws for a driver failure (the result says it).
+Attached give_to_graph(CUgraph graph, HostTask* task, bool release_object);
+
+/// The replayable trampoline of a graph-owned host node: runs the task (an exception goes to
+/// the host-function error handler, invariant 6) and keeps it.
+void CUDA_CB run_host_task_replayable(void* task);
+
 /// Makes every host node of `graph` that runs the run-once trampoline graph-owned: a heap
 /// host function whose capture check said "not capturing" just before another thread began a
 /// capture of the same stream was captured with the trampoline that frees it after one run.

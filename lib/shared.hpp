@@ -47,11 +47,13 @@ struct GraphOwner;
 struct ModuleOwner;
 struct ContextOwner;
 struct LibraryOwner;
+struct BuilderOwner;
 extern template struct Refs<StreamOwner>;
 extern template struct Refs<EventOwner>;
 extern template struct Refs<GraphOwner>;
 extern template struct Refs<ModuleOwner>;
 extern template struct Refs<ContextOwner>;
 extern template struct Refs<LibraryOwner>;
+extern template struct Refs<BuilderOwner>;
 
 }  // namespace custream::detail

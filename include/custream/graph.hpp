@@ -16,9 +16,13 @@
 
 namespace custream {
 
+class GraphBuilder;
+
 namespace detail {
 /// Shared ownership of a graph and its executable.
 struct GraphOwner;
+/// What a GraphBuilder's graph owns (lib/graph_builder/owner.hpp).
+struct BuilderOwner;
 }  // namespace detail
 
 /// A CUDA graph (CUgraph) together with its instantiated executable (CUgraphExec).
@@ -130,6 +134,7 @@ class Graph {
  private:
   friend class Stream;
   friend Graph end_capture(StreamRef stream, InstantiateFlags flags);
+  friend class GraphBuilder;
   /// Instantiates `graph` (owned or not); the libraries launched since capture epoch
   /// `libraries_since` are held as long as it lives (docs/design/libraries.md, invariant 5).
   static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
@@ -137,6 +142,10 @@ class Graph {
   /// make() for the graph of a capture custream ended.
   static Graph from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
                             std::uint64_t libraries_since);
+  /// make() for the root graph of `builder` (not owned: `builder` destroys it), which the
+  /// Graph holds, with its libraries, as long as it lives (graphs.md, "Builders").
+  static Graph from_builder(const detail::Shared<detail::BuilderOwner>& builder,
+                            InstantiateFlags flags, StreamRef stream);
   /// Keeps `context` (the owned context of the stream it was captured on) alive as long as
   /// the executable.
   void keep_context(const Context& context);

@@ -18,7 +18,7 @@
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
 #include "driver.hpp"
-#include "graph_builder/owner.hpp"
+#include "owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 

@@ -130,12 +130,14 @@
   X(cuFuncGetAttribute, cuFuncGetAttribute, 2020, false)                                \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
     cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
-  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)          \
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
+  /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
+  X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
   /* conditional nodes (ABI 12.3: PFN_..._v12030; docs/design/graphs.md) */             \
   X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030, false)       \
-  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, false)            \
-  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, false)        \
-  X(cuGraphAddNode, cuGraphAddNode, 12030, false)
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, false)             \
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, false)
 
 namespace custream::detail {
 

@@ -1,0 +1,65 @@
+// detail::BuilderOwner: the root graph and what a builder's nodes own. Contract on top of
+// owner.hpp; design: docs/design/graphs.md, "Builders".
+#include "owner.hpp"
+
+#include <algorithm>
+
+#include "conditional.hpp"
+#include "driver.hpp"
+
+namespace custream::detail {
+
+BuilderOwner::~BuilderOwner() {
+  // The root (and with it its bodies, and its references to host payloads' user objects: an
+  // executable instantiated from it holds its own, invariant B2). Then the members: the
+  // children's owners, events, modules, libraries and the context.
+  if (CUgraph g = root(); g != nullptr) {
+    forget_bodies_of(g);  // its conditional bodies go with it (conditional.hpp)
+    release_call<&DriverApi::cuGraphDestroy>("graph", g, g);
+  }
+}
+template struct Refs<BuilderOwner>;
+
+bool BuilderOwner::owns(CUgraph graph) const noexcept {
+  return graph != nullptr && std::find(graphs.begin(), graphs.end(), graph) != graphs.end();
+}
+
+void BuilderOwner::add_body(CUgraph body) {
+  if (!owns(body)) graphs.push_back(body);
+}
+
+const BuilderOwner::NodeRecord* BuilderOwner::find(CUgraphNode node) const noexcept {
+  for (const NodeRecord& r : nodes) {
+    if (r.node == node) return &r;
+  }
+  return nullptr;
+}
+
+namespace {
+// Room for `more` elements, doubling (never an allocation per element).
+template <typename T>
+void grow_for(std::vector<T>& v, std::size_t more) {
+  if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.capacity() + 16));
+}
+}  // namespace
+
+void BuilderOwner::reserve(std::size_t count) {
+  grow_for(nodes, 1);
+  grow_for(edges, count);
+}
+
+void BuilderOwner::record(CUgraphNode node, CUgraph graph, GraphNodeKind kind,
+                          const CUgraphNode* after, std::size_t count) noexcept {
+  nodes.push_back({node, graph, kind});
+  for (std::size_t i = 0; i < count; ++i) edges.emplace_back(after[i], node);
+}
+
+bool BuilderOwner::holds(const BuilderOwner* other) const noexcept {
+  if (other == this) return true;
+  for (const Shared<BuilderOwner>& child : children) {
+    if (child.get()->holds(other)) return true;
+  }
+  return false;
+}
+
+}  // namespace custream::detail
