@@ -24,33 +24,29 @@ void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t sha
   if (r != CUDA_SUCCESS) launch_failed(r, stream, grid, block, shared_bytes, params);
 }
 
-namespace {
-// Kernel::check() where the sizes are not known yet, or do not match: asks them (with the
-// module's `context` current, as the driver asks), then refuses arguments that do not match.
-[[gnu::cold, gnu::noinline]] void check_slowly(detail::KernelParams& kernel, CUfunction function_,
-                                               CUcontext context, StreamRef stream,
-                                               const std::size_t* sizes, std::size_t count) {
-  if (kernel.sizes.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::unasked) {
+namespace detail {
+void check_kernel_arguments(KernelParams& kernel, CUfunction function, CUcontext context,
+                            const char* call, const Subject& subject, const std::size_t* sizes,
+                            std::size_t count) {
+  if (kernel.sizes.known.load(std::memory_order_acquire) == ParamSizes::Known::unasked) {
     std::optional<ContextScope> scope;
     if (context != nullptr) scope.emplace(context);
-    const auto info = detail::api().cuFuncGetParamInfo;
-    (void)detail::param_sizes_known(
+    const auto info = api().cuFuncGetParamInfo;
+    (void)param_sizes_known(
         kernel.sizes,
         info == nullptr ? std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>()
                         : [&](std::size_t i, std::size_t* offset,
-                              std::size_t* size) { return info(function_, i, offset, size); },
+                              std::size_t* size) { return info(function, i, offset, size); },
         [&](CUresult r, std::size_t i) {
-          detail::fail<&detail::DriverApi::cuFuncGetParamInfo>(
-              r, {detail::Subject::What::stream, stream.handle(), stream.device_id()},
-              "parameter " + std::to_string(i) + " of kernel \"" + kernel.name + "\"");
+          fail<&DriverApi::cuFuncGetParamInfo>(
+              r, subject, "parameter " + std::to_string(i) + " of kernel \"" + kernel.name + "\"");
         });
   }
-  if (kernel.sizes.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
-    detail::check_argument_sizes(kernel.sizes, "custream::Kernel::launch", kernel.name, sizes,
-                                 count);
+  if (kernel.sizes.known.load(std::memory_order_acquire) == ParamSizes::Known::known) {
+    check_argument_sizes(kernel.sizes, call, kernel.name, sizes, count);
   }
 }
-}  // namespace
+}  // namespace detail
 
 void Kernel::check(StreamRef stream, const std::size_t* sizes, std::size_t count) const {
   if (params_ == nullptr) return;  // no kernel: the launch says so
@@ -61,8 +57,10 @@ void Kernel::check(StreamRef stream, const std::size_t* sizes, std::size_t count
     return;  // invariant 6: the common case, inline
   }
   if (known != detail::ParamSizes::Known::unknown) {
-    check_slowly(kernel, function_, module_.owner_ ? module_.owner_.get()->context : nullptr,
-                 stream, sizes, count);
+    detail::check_kernel_arguments(  // asked with the module's context current, as the driver asks
+        kernel, function_, module_.owner_ ? module_.owner_.get()->context : nullptr,
+        "custream::Kernel::launch",
+        {detail::Subject::What::stream, stream.handle(), stream.device_id()}, sizes, count);
   }
 }
 

@@ -161,70 +161,69 @@ std::string kernel_text(CUfunction function, const std::string& kernel) {
 }
 
 // Throws the error of a launch custream refused before calling the driver.
-[[noreturn, gnu::cold]] void refuse(CUresult r, const StreamRef& stream, CUfunction function,
+[[noreturn, gnu::cold]] void refuse(CUresult r, const LaunchSite& site, CUfunction function,
                                     const std::string& kernel, const std::string& why) {
-  throw_stream_error(r, "custream::launch (LaunchConfig)", stream,
-                     kernel_text(function, kernel) + ": " + why +
-                         " (custream refused the launch without calling the driver)");
+  site.refuse(r, kernel_text(function, kernel) + ": " + why +
+                     " (custream refused the launch without calling the driver)");
 }
 
 [[noreturn, gnu::cold]] void refuse_version(const Loaded& l, const AttributeNeed& need,
-                                            const StreamRef& stream, CUfunction function,
+                                            const LaunchSite& site, CUfunction function,
                                             const std::string& kernel) {
-  refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+  refuse(CUDA_ERROR_NOT_SUPPORTED, site, function, kernel,
          std::string(need.name) + " needs a CUDA " + version_text(need.version) +
              " driver or newer; this one is " + version_text(l.version));
 }
 
 // Refuses an attribute the driver is too old for (a comparison on the hot path).
-inline void check_version(const Loaded& l, const AttributeNeed& need, const StreamRef& stream,
+inline void check_version(const Loaded& l, const AttributeNeed& need, const LaunchSite& site,
                           CUfunction function, const std::string& kernel) {
-  if (l.version < need.version) refuse_version(l, need, stream, function, kernel);
+  if (l.version < need.version) refuse_version(l, need, site, function, kernel);
 }
 
-// Makes current the context a query about a function on `stream` is made in: the stream's
-// (none for a special handle, whose context is the current one).
-void enter_stream_context(std::optional<ContextScope>& scope, const StreamRef& stream) {
-  if (!stream.is_special()) scope.emplace(stream.context());
+// Makes current the context a query about a function at `site` is made in: the stream's or
+// the graph's (none for a special handle, whose context is the current one).
+void enter_stream_context(std::optional<ContextScope>& scope, const LaunchSite& site) {
+  if (!site.is_special()) scope.emplace(site.context());
 }
 
 // Checks the launch's clusters (invariant 7): no string is made unless a check refuses.
-void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+void check_cluster(const Loaded& l, const DeviceCaps* caps, const LaunchSite& site,
                    CUfunction function, const LaunchConfig& config, const std::string& kernel) {
-  check_version(l, kCluster, stream, function, kernel);
+  check_version(l, kCluster, site, function, kernel);
   const Dim3 c = *config.cluster;
   const Dim3 g = config.grid;
   const auto what = [c] { return "cluster dimensions " + dims_text(c); };
   if (caps != nullptr && !caps->cluster_launch) {
-    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+    refuse(CUDA_ERROR_NOT_SUPPORTED, site, function, kernel,
            what() +
                ": the device cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0; "
                "compute capability 9.0 or newer can)");
   }
   if (c.x == 0 || c.y == 0 || c.z == 0) {
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, site, function, kernel,
            what() + ": every dimension must be at least 1");
   }
   const auto divides = [](unsigned cluster, unsigned grid) {  // no division for the usual 1
     return cluster == 1 || grid % cluster == 0;
   };
   if (!divides(c.x, g.x) || !divides(c.y, g.y) || !divides(c.z, g.z)) {
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, site, function, kernel,
            what() + " do not divide the grid " + dims_text(g));
   }
   const unsigned long long size = 1ull * c.x * c.y * c.z;
   if (size <= 8) return;  // portable: every device that launches clusters can
   // Larger clusters need the kernel's permission and the device's room: ask the driver what it
   // can co-schedule (rare sizes only, so the common launch makes no query).
-  const Subject subject{Subject::What::stream, stream.handle(), stream.device_id()};
+  const Subject subject = site.subject();
   int allowed = 1;
   // A special handle's launch passes a CUkernel, which cuFuncGetAttribute does not take.
-  if (l.api.cuFuncGetAttribute != nullptr && !stream.is_special()) {
+  if (l.api.cuFuncGetAttribute != nullptr && !site.is_special()) {
     call<&DriverApi::cuFuncGetAttribute>(
         subject, &allowed, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, function);
   }
   if (allowed == 0) {
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, site, function, kernel,
            what() + ": " + std::to_string(size) +
                " blocks per cluster, but 8 is the portable limit and the kernel does not allow "
                "more (set CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED to 1 first)");
@@ -238,25 +237,25 @@ void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& str
   query.blockDimX = config.block.x, query.blockDimY = config.block.y;
   query.blockDimZ = config.block.z;
   query.sharedMemBytes = static_cast<unsigned>(config.shared_bytes);
-  query.hStream = stream.handle();
+  query.hStream = site.stream_handle();
   query.attrs = &attribute;
   query.numAttrs = 1;
   int clusters = 0;
   std::optional<ContextScope> scope;
-  enter_stream_context(scope, stream);
+  enter_stream_context(scope, site);
   call<&DriverApi::cuOccupancyMaxActiveClusters>(subject, &clusters, function, &query);
   if (clusters == 0) {  // the H200's answer for a cluster it cannot place
-    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, stream, function, kernel,
+    refuse(CUDA_ERROR_INVALID_CLUSTER_SIZE, site, function, kernel,
            what() + ": the device cannot schedule a cluster of " + std::to_string(size) +
                " blocks of " + dims_text(config.block) +
                " threads of this kernel (cuOccupancyMaxActiveClusters: 0)");
   }
 }
 
-[[gnu::cold]] void refuse_cooperative(const StreamRef& stream, CUfunction function,
+[[gnu::cold]] void refuse_cooperative(const LaunchSite& site, CUfunction function,
                                       const std::string& kernel, const LaunchConfig& config,
                                       unsigned long long blocks, int per_sm, int sms) {
-  refuse(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, stream, function, kernel,
+  refuse(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, site, function, kernel,
          "a cooperative grid of " + std::to_string(blocks) + " blocks (" + dims_text(config.grid) +
              ") exceeds the " + std::to_string(static_cast<long long>(per_sm) * sms) +
              " blocks the device can run at once: " + std::to_string(per_sm) + " per SM of " +
@@ -266,12 +265,12 @@ void check_cluster(const Loaded& l, const DeviceCaps* caps, const StreamRef& str
              std::to_string(sms) + " SMs");
 }
 
-void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef& stream,
+void check_cooperative(const Loaded& l, const DeviceCaps* caps, const LaunchSite& site,
                        CUfunction function, const LaunchConfig& config, const std::string& kernel) {
-  check_version(l, kCooperative, stream, function, kernel);
+  check_version(l, kCooperative, site, function, kernel);
   if (caps == nullptr) return;  // a special handle: the driver checks
   if (!caps->cooperative_launch) {
-    refuse(CUDA_ERROR_NOT_SUPPORTED, stream, function, kernel,
+    refuse(CUDA_ERROR_NOT_SUPPORTED, site, function, kernel,
            "a cooperative launch, but the device cannot (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH "
            "is 0)");
   }
@@ -281,19 +280,19 @@ void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef&
   CUresult r;
   {
     std::optional<ContextScope> scope;
-    enter_stream_context(scope, stream);
+    enter_stream_context(scope, site);
     r = l.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, function, static_cast<int>(threads), config.shared_bytes);
   }
   if (r != CUDA_SUCCESS) {
     fail<&DriverApi::cuOccupancyMaxActiveBlocksPerMultiprocessor>(
-        r, {Subject::What::stream, stream.handle(), stream.device_id()},
+        r, site.subject(),
         kernel_text(function, kernel) + ": the occupancy of a cooperative launch of " +
             dims_text(config.block) + " threads");
   }
   const unsigned long long blocks = 1ull * config.grid.x * config.grid.y * config.grid.z;
   if (blocks > 1ull * static_cast<unsigned>(per_sm) * static_cast<unsigned>(caps->sm_count)) {
-    refuse_cooperative(stream, function, kernel, config, blocks, per_sm, caps->sm_count);
+    refuse_cooperative(site, function, kernel, config, blocks, per_sm, caps->sm_count);
   }
 }
 
@@ -318,45 +317,44 @@ void check_cooperative(const Loaded& l, const DeviceCaps* caps, const StreamRef&
 
 }  // namespace
 
-void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
-                        void** params, const std::string& kernel) {
-  if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
-    refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
-                        config.shared_bytes);
-  }
+void LaunchSite::refuse(CUresult r, std::string why) const {
+  if (stream != nullptr) throw_stream_error(r, call, *stream, std::move(why));
+  throw_call_error(r, call, subject(), std::move(why));
+}
+
+unsigned launch_attributes(const LaunchSite& site, CUfunction function, const LaunchConfig& config,
+                           const std::string& kernel, CUlaunchAttribute (&attributes)[6]) {
   const Loaded& l = loaded();
-  const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(l.api);  // an older driver: say so
-  CUlaunchAttribute attributes[6];
   unsigned count = 0;
   if (config.cluster || config.cooperative) {  // checks that need what the device can do
-    const int device = stream.is_special() ? -1 : stream.device_id();
+    const int device = site.is_special() ? -1 : site.device_id();
     const DeviceCaps* caps = device >= 0 ? &device_caps(l, device) : nullptr;
     if (config.cluster) {
-      check_cluster(l, caps, stream, function, config, kernel);
+      check_cluster(l, caps, site, function, config, kernel);
       attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       attributes[count++].value.clusterDim = {config.cluster->x, config.cluster->y,
                                               config.cluster->z};
     }
     if (config.cooperative) {
-      check_cooperative(l, caps, stream, function, config, kernel);
+      check_cooperative(l, caps, site, function, config, kernel);
       attributes[count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
       attributes[count++].value.cooperative = 1;
     }
   }
   if (config.priority) {
-    check_version(l, kPriority, stream, function, kernel);
+    check_version(l, kPriority, site, function, kernel);
     attributes[count].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
     attributes[count++].value.priority = *config.priority;
   }
   if (config.programmatic_serialization) {
-    check_version(l, kProgrammaticSerialization, stream, function, kernel);
+    check_version(l, kProgrammaticSerialization, site, function, kernel);
     attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attributes[count++].value.programmaticStreamSerializationAllowed = 1;
   }
   if (config.programmatic_event) {
-    check_version(l, kProgrammaticEvent, stream, function, kernel);
+    check_version(l, kProgrammaticEvent, site, function, kernel);
     if (config.programmatic_event->event == nullptr) {
-      refuse(CUDA_ERROR_INVALID_VALUE, stream, function, kernel,
+      refuse(CUDA_ERROR_INVALID_VALUE, site, function, kernel,
              "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT with a null event");
     }
     attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
@@ -366,10 +364,23 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
         config.programmatic_event->trigger_at_block_start ? 1 : 0;
   }
   if (config.mem_sync_domain) {
-    check_version(l, kMemSyncDomain, stream, function, kernel);
+    check_version(l, kMemSyncDomain, site, function, kernel);
     attributes[count].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
     attributes[count++].value.memSyncDomain = *config.mem_sync_domain;
   }
+  return count;
+}
+
+void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
+                        void** params, const std::string& kernel) {
+  if (config.shared_bytes > kMaxSharedBytes) {  // invariant 7: never truncated
+    refuse_shared_bytes("custream::launch (LaunchConfig)", stream, kernel_text(function, kernel),
+                        config.shared_bytes);
+  }
+  const auto launch_ex = entry<&DriverApi::cuLaunchKernelEx>(api());  // an older driver: say so
+  CUlaunchAttribute attributes[6];
+  const LaunchSite site{"custream::launch (LaunchConfig)", &stream};
+  const unsigned count = launch_attributes(site, function, config, kernel, attributes);
   CUlaunchConfig c{};
   c.gridDimX = config.grid.x, c.gridDimY = config.grid.y, c.gridDimZ = config.grid.z;
   c.blockDimX = config.block.x, c.blockDimY = config.block.y, c.blockDimZ = config.block.z;

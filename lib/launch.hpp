@@ -11,6 +11,8 @@
 
 #include "custream/detail/cuda.hpp"
 
+#include "custream/detail/call.hpp"
+
 #include "custream/launch_config.hpp"
 #include "custream/stream_ref.hpp"
 
@@ -23,6 +25,35 @@ namespace custream::detail {
 /// driver is not called), or the driver's error naming the kernel, stream and configuration.
 void launch_with_config(CUfunction function, const StreamRef& stream, const LaunchConfig& config,
                         void** params, const std::string& kernel);
+
+/// Where a launch with a configuration goes, for the checks of invariant 7 and their errors: a
+/// stream, or (stream null) a kernel node of `graph` whose kernel runs in `context_` on `device`.
+struct LaunchSite {
+  const char* call;                 ///< named by a refusal
+  const StreamRef* stream = nullptr;
+  CUgraph graph = nullptr;
+  CUcontext context_ = nullptr;
+  int device = -1;
+
+  bool is_special() const noexcept { return stream != nullptr && stream->is_special(); }
+  int device_id() const noexcept { return stream != nullptr ? stream->device_id() : device; }
+  CUcontext context() const noexcept { return stream != nullptr ? stream->context() : context_; }
+  CUstream stream_handle() const noexcept { return stream != nullptr ? stream->handle() : nullptr; }
+  /// "stream 0x… (device N)" or "graph 0x…".
+  Subject subject() const noexcept {
+    return stream != nullptr ? Subject{Subject::What::stream, stream->handle(), stream->device_id()}
+                             : Subject{Subject::What::graph, graph, -1};
+  }
+  /// Throws Error (`r`, `call`, the site) saying `why`.
+  [[noreturn, gnu::cold]] void refuse(CUresult r, std::string why) const;
+};
+
+/// The launch attributes of `config` for `function` at `site`, after the checks of invariant 7
+/// (the same for a launch and a kernel node): written to `out`, their count returned.
+/// @throws Error naming the kernel (`kernel`, or the function when empty), the attribute and the
+/// limit, before the driver is asked to launch.
+unsigned launch_attributes(const LaunchSite& site, CUfunction function, const LaunchConfig& config,
+                           const std::string& kernel, CUlaunchAttribute (&out)[6]);
 
 /// "axb x c" for an error message.
 std::string dims_text(Dim3 d);

@@ -181,6 +181,16 @@ inline void note_exposed(LibraryOwner& owner) noexcept {
 /// failure other than "cannot tell".
 void load_param_sizes(KernelState& state, const StreamRef& stream);
 
+/// A typed launch's (or kernel node's) argument check where the sizes are not known yet, or do
+/// not match (invariant 6): asks them once (cuKernelGetParamInfo, with `context` current unless
+/// null), then refuses arguments that do not match, naming `call`.
+/// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and argument; Error about
+/// `subject` when the driver's query fails.
+[[gnu::cold, gnu::noinline]] void check_library_arguments(KernelState& state, CUcontext context,
+                                                          const char* call, const Subject& subject,
+                                                          const std::size_t* sizes,
+                                                          std::size_t count);
+
 /// Throws the Error of a typed launch whose `count` arguments of `sizes` do not match the
 /// kernel's parameters, naming the first mismatch; returns when they match.
 void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count);
@@ -200,6 +210,8 @@ class GraphLibraries {
   void hold_since(std::uint64_t since);
   /// Holds `other`'s libraries too.
   void hold(const GraphLibraries& other);
+  /// Holds `owner` too (a library a kernel node launches). @throws std::bad_alloc.
+  void hold(LibraryOwner* owner);
   /// How many libraries are held.
   std::size_t size() const noexcept { return held_.size(); }
 

@@ -21,6 +21,17 @@ struct KernelParams {
   ParamSizes sizes;  // cuFuncGetParamInfo, asked on the first typed launch
 };
 
+/// A typed launch's (or kernel node's) argument check where the sizes are not known yet, or do
+/// not match (modules.md, invariant 6): asks them once (cuFuncGetParamInfo, with `context`
+/// current), then refuses arguments that do not match, naming `call`.
+/// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the kernel and argument; Error about
+/// `subject` when the driver's query fails.
+[[gnu::cold, gnu::noinline]] void check_kernel_arguments(KernelParams& kernel, CUfunction function,
+                                                         CUcontext context, const char* call,
+                                                         const Subject& subject,
+                                                         const std::size_t* sizes,
+                                                         std::size_t count);
+
 struct ModuleOwner : Counted {
   ~ModuleOwner();
   CUmodule module = nullptr;

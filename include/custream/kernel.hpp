@@ -15,6 +15,8 @@
 
 namespace custream {
 
+class GraphBuilder;
+
 namespace detail {
 /// What a module's kernel's typed launches check its arguments against (lib/module.hpp).
 struct KernelParams;
@@ -87,6 +89,7 @@ class Kernel {
 
  private:
   friend class Module;
+  friend class GraphBuilder;  // kernel nodes: the same checks as a launch
   Kernel(CUfunction function, Module module, detail::KernelParams* params) noexcept
       : function_(function), module_(std::move(module)), params_(params) {}
   /// Refuses arguments of `sizes` that do not match the kernel's parameters (once they are

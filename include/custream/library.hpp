@@ -146,6 +146,7 @@ class Library {
 
  private:
   friend class LibraryKernel;
+  friend class GraphBuilder;  // a graph with a library-kernel node holds the library
   friend struct detail::KernelState;
   /// A Library that refers to `owner` without counting (a LibraryKernel the owner keeps of
   /// each kernel, so that a lookup returns a reference; it lets go of it uncounted).

@@ -16,6 +16,8 @@
 
 namespace custream {
 
+class GraphBuilder;
+
 namespace detail {
 /// A kernel of a library and its functions per context (lib/library.hpp).
 struct KernelState;
@@ -111,6 +113,7 @@ class LibraryKernel {
 
  private:
   friend class Library;
+  friend class GraphBuilder;  // kernel nodes: the same checks as a launch
   friend struct detail::KernelState;
   LibraryKernel(detail::KernelState* state, Library library) noexcept
       : state_(state), library_(std::move(library)) {}

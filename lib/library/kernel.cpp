@@ -87,34 +87,30 @@ CUfunction LibraryKernel::function_for(const StreamRef& stream) const {
   return resolve(Context::wrap(stream.context()));
 }
 
-namespace {
-// LibraryKernel::check() where the sizes are not known yet, or do not match: asks them, then
-// refuses arguments that do not match.
-[[gnu::cold, gnu::noinline]] void check_slowly(detail::KernelState& state, const StreamRef& stream,
-                                               const std::size_t* sizes, std::size_t count) {
-  if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::unasked) {
+namespace detail {
+void check_library_arguments(KernelState& state, CUcontext context, const char* call,
+                             const Subject& subject, const std::size_t* sizes, std::size_t count) {
+  if (state.params.known.load(std::memory_order_acquire) == ParamSizes::Known::unasked) {
     // The driver asks for a current context (the stream's; the current one for a special
     // handle), as launch.cpp's queries.
     std::optional<ContextScope> scope;
-    if (!stream.is_special()) scope.emplace(stream.context());
-    const auto info = detail::api().cuKernelGetParamInfo;
-    (void)detail::param_sizes_known(
+    if (context != nullptr) scope.emplace(context);
+    const auto info = api().cuKernelGetParamInfo;
+    (void)param_sizes_known(
         state.params,
         info == nullptr ? std::function<CUresult(std::size_t, std::size_t*, std::size_t*)>()
                         : [&](std::size_t i, std::size_t* offset,
                               std::size_t* size) { return info(state.kernel, i, offset, size); },
         [&](CUresult r, std::size_t i) {
-          detail::fail<&DriverApi::cuKernelGetParamInfo>(
-              r, {detail::Subject::What::stream, stream.handle(), stream.device_id()},
-              "parameter " + std::to_string(i) + " of kernel \"" + state.name + "\"");
+          fail<&DriverApi::cuKernelGetParamInfo>(
+              r, subject, "parameter " + std::to_string(i) + " of kernel \"" + state.name + "\"");
         });
   }
-  if (state.params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
-    detail::check_argument_sizes(state.params, "custream::LibraryKernel::launch", state.name, sizes,
-                                 count);
+  if (state.params.known.load(std::memory_order_acquire) == ParamSizes::Known::known) {
+    check_argument_sizes(state.params, call, state.name, sizes, count);
   }
 }
-}  // namespace
+}  // namespace detail
 
 void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
                           std::size_t count) const {
@@ -124,7 +120,11 @@ void LibraryKernel::check(const StreamRef& stream, const std::size_t* sizes,
       detail::arguments_match(state.params, sizes, count)) {
     return;  // invariant 6: the common case, inline
   }
-  if (known != detail::ParamSizes::Known::unknown) check_slowly(state, stream, sizes, count);
+  if (known != detail::ParamSizes::Known::unknown) {
+    detail::check_library_arguments(
+        state, stream.is_special() ? nullptr : stream.context(), "custream::LibraryKernel::launch",
+        {detail::Subject::What::stream, stream.handle(), stream.device_id()}, sizes, count);
+  }
 }
 
 CUfunction LibraryKernel::prepare(const StreamRef& stream, const std::size_t* sizes,

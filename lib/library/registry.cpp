@@ -113,6 +113,13 @@ void GraphLibraries::hold(const GraphLibraries& other) {
   }
 }
 
+void GraphLibraries::hold(LibraryOwner* owner) {
+  if (std::find(held_.begin(), held_.end(), owner) != held_.end()) return;
+  held_.reserve(held_.size() + 1);
+  Refs<LibraryOwner>::retain(owner);  // the caller holds one: it cannot be the last
+  add(owner);
+}
+
 GraphLibraries::~GraphLibraries() {
   for (LibraryOwner* owner : held_) {
     owner->graphs.fetch_sub(1, std::memory_order_relaxed);

@@ -134,6 +134,7 @@
   /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
   X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
   X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
+  X(cuGraphKernelNodeSetAttribute, cuGraphKernelNodeSetAttribute, 11000, false)        \
   /* conditional nodes (ABI 12.3: PFN_..._v12030; docs/design/graphs.md) */             \
   X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030, false)       \
   X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, false)             \
