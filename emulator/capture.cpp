@@ -13,7 +13,10 @@ bool valid_mode(CUstreamCaptureMode m) {
          m == CU_STREAM_CAPTURE_MODE_RELAXED;
 }
 
-CUresult begin_capture(CUstream h, CUstreamCaptureMode mode) {
+// Begins a capture into a graph of its own, or (cuStreamBeginCaptureToGraph) into the user's
+// graph `into` after `deps`.
+CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, CUgraph into = nullptr,
+                       const CUgraphNode* deps = nullptr, size_t ndeps = 0) {
   if (!valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
   // As on the H200: capture is refused on the legacy handles, allowed on the per-thread one.
   if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -22,10 +25,27 @@ CUresult begin_capture(CUstream h, CUstreamCaptureMode mode) {
   Stream* st = nullptr;
   if (CUresult r = resolve_stream(h, &st)) return r;
   if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  std::vector<Node*> frontier;
+  if (into) {
+    if (!valid(s.graphs, into)) return CUDA_ERROR_INVALID_VALUE;
+    if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < ndeps; ++i) {
+      auto* d = reinterpret_cast<Node*>(deps[i]);
+      if (!valid(s.nodes, deps[i]) || d->graph != reinterpret_cast<Graph*>(into) ||
+          std::find(frontier.begin(), frontier.end(), d) != frontier.end())
+        return CUDA_ERROR_INVALID_VALUE;
+      frontier.push_back(d);
+    }
+  }
   auto cap = std::make_shared<Capture>();
   cap->id = s.next_id++;
-  cap->graph = new_graph();
-  cap->graph->owned_by_capture = true;
+  if (into) {
+    cap->graph = reinterpret_cast<Graph*>(into);
+    cap->into_graph = true;
+  } else {
+    cap->graph = new_graph();
+    cap->graph->owned_by_capture = true;
+  }
   cap->mode = mode;
   cap->origin = st;
   cap->streams.insert(st);
@@ -33,9 +53,21 @@ CUresult begin_capture(CUstream h, CUstreamCaptureMode mode) {
   cap->ctx = st->ctx;
   s.captures.insert(cap);
   st->capture = cap;
-  st->frontier.clear();
-  st->frontier_edges.clear();
+  st->frontier = frontier;
+  st->frontier_edges.assign(frontier.size(), CUgraphEdgeData{});
   return CUDA_SUCCESS;
+}
+
+CUresult stream_begin_capture_to_graph(CUstream h, CUgraph g, const CUgraphNode* deps,
+                                       const CUgraphEdgeData* edges, size_t n,
+                                       CUstreamCaptureMode mode) {
+  EMU_ENTER("cuStreamBeginCaptureToGraph");
+  for (size_t i = 0; edges && i < n; ++i) {  // only default edges are modeled
+    if (edges[i].from_port || edges[i].to_port || edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(h, mode, g, deps, n);
 }
 
 CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode) {
@@ -95,7 +127,9 @@ CUresult stream_end_capture(CUstream h, CUgraph* ph) {
     result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
   }
   end_capture_streams(cap);
-  if (result != CUDA_SUCCESS) {
+  if (cap->into_graph) {  // the user's graph: kept, with what was captured, either way
+    if (result == CUDA_SUCCESS) *ph = reinterpret_cast<CUgraph>(cap->graph);
+  } else if (result != CUDA_SUCCESS) {
     destroy_graph(cap->graph);
   } else {
     cap->graph->owned_by_capture = false;
@@ -220,7 +254,7 @@ bool legacy_conflict(Context* ctx, bool invalidates) {
 void discard_capture(const std::shared_ptr<Capture>& c) {
   std::shared_ptr<Capture> keep = c;  // c may alias a stream's member reset below
   end_capture_streams(keep);
-  destroy_graph(keep->graph);
+  if (!keep->into_graph) destroy_graph(keep->graph);  // the user's graph stays the user's
   keep->graph = nullptr;
 }
 
@@ -240,6 +274,7 @@ void register_capture_entries(std::vector<Entry>& out) {
              {
                  EMU_ENTRY(cuStreamBeginCapture, 10000, stream_begin_capture_v1),
                  EMU_ENTRY(cuStreamBeginCapture, 10010, stream_begin_capture),
+                 EMU_ENTRY(cuStreamBeginCaptureToGraph, 12030, stream_begin_capture_to_graph),
                  EMU_ENTRY(cuStreamEndCapture, 10000, stream_end_capture),
                  EMU_ENTRY(cuStreamIsCapturing, 10000, stream_is_capturing),
                  EMU_ENTRY(cuStreamGetCaptureInfo, 10010, get_capture_info_v1),

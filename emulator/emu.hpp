@@ -102,6 +102,7 @@ struct Node;
 struct Capture;
 struct UserObject;
 struct KernelLaunch;
+struct ExecCore;
 
 /// Completion of one Op (or one graph node of a launch).
 struct Signal {
@@ -155,6 +156,17 @@ struct Work {
   CUstreamBatchMemOpType memop = CU_STREAM_MEM_OP_WRITE_VALUE_32;
   cuuint64_t memop_value = 0;
   unsigned memop_flags = 0;  // the wait's condition (CUstreamWaitValue_flags)
+  // conditional node (invariant 14): its handle, type and number of bodies
+  CUgraphConditionalHandle cond = 0;
+  CUgraphConditionalNodeType cond_type = CU_GRAPH_COND_TYPE_IF;
+  unsigned cond_size = 0;
+  // memory allocation node: the allocation (dst, bytes), made when the node is added and
+  // shared by the graph's node and its executables, so its address never changes
+  std::shared_ptr<void> block;
+  // In an executable only: the bodies (a child graph node's graph, a conditional node's
+  // graphs), made at instantiation, and whether the node is enabled (cuGraphNodeSetEnabled).
+  std::vector<std::shared_ptr<const ExecCore>> bodies;
+  bool enabled = true;
 };
 
 /// Runs a kernel launch: its registered CPU implementation, or nothing (module.cpp).
@@ -249,6 +261,7 @@ struct Capture {
   std::set<Stream*> streams;
   std::thread::id thread;
   Context* ctx = nullptr;
+  bool into_graph = false;  // cuStreamBeginCaptureToGraph: the graph is the user's
 };
 
 struct Node {
@@ -256,6 +269,10 @@ struct Node {
   Work work;
   std::vector<Node*> deps;
   size_t index = 0;
+  /// A child graph node's embedded clone, a conditional node's bodies: owned by the node,
+  /// destroyed with it (invariant 14).
+  std::vector<Graph*> bodies;
+  std::vector<CUgraph> body_handles;  // the same, as CUDA_CONDITIONAL_NODE_PARAMS::phGraph_out
 };
 
 /// User-object references owned by a graph or an executable.
@@ -271,17 +288,45 @@ struct Graph {
   std::vector<std::unique_ptr<Node>> nodes;
   std::shared_ptr<RefSet> refs = std::make_shared<RefSet>();
   bool owned_by_capture = false;  // not yet handed to the user
+  Node* owner = nullptr;          // a body or embedded child graph: the node that owns it
 };
 
+/// A conditional handle (cuGraphConditionalHandleCreate): it belongs to a graph and goes with
+/// it (State::cond_handles).
+struct CondHandle {
+  Graph* graph = nullptr;
+  Context* ctx = nullptr;
+  unsigned default_value = 0;
+  unsigned flags = 0;
+};
+
+/// The values of the conditional handles of one executable (invariant 14): set at the start
+/// of each launch to the default with CU_GRAPH_COND_ASSIGN_DEFAULT, else kept from the last.
+struct CondValues {
+  struct Slot {
+    std::atomic<unsigned> value{0};
+    unsigned default_value = 0;
+    bool assign_default = false;
+  };
+  std::map<CUgraphConditionalHandle, Slot> slots;
+};
+
+/// What an executable runs: works[i] is the work of the graph's node i (creation order),
+/// deps[i] their dependencies (node indices), order a topological order of the indices.
 struct ExecCore {
   std::vector<Work> works;
   std::vector<std::vector<size_t>> deps;
+  std::vector<size_t> order;
   std::shared_ptr<RefSet> refs;
 };
 
 struct GraphExec {
-  std::shared_ptr<ExecCore> core;
+  std::shared_ptr<ExecCore> core;  // replaced, never written, once a launch may hold it
   Context* ctx = nullptr;
+  /// Where each node of the instantiated graph (its bodies' included) is in core: node index,
+  /// then body index and node index for each level of nesting (per-node updates).
+  std::map<const Node*, std::vector<size_t>> paths;
+  std::shared_ptr<CondValues> conds;
 };
 
 struct UserObject {
@@ -308,6 +353,7 @@ struct State {
   std::map<std::uintptr_t, size_t> host_allocations;
   std::map<unsigned long long, std::weak_ptr<EventState>> ipc_events;
   std::set<std::shared_ptr<Capture>> captures;  // active or invalidated, not yet ended
+  std::map<CUgraphConditionalHandle, CondHandle> cond_handles;  // invariant 14
   unsigned long long next_id = 1;
   // user objects
   std::mutex uo_mu;
@@ -398,6 +444,33 @@ Node* add_node(Graph* g, Work w, const std::vector<Node*>& deps);
 void destroy_graph(Graph* g);
 /// Graph creation helper (registered, not counted as live until handed to the user).
 Graph* new_graph();
+/// Whether a node of this kind may be added to g: CUDA_ERROR_NOT_SUPPORTED when g is (inside)
+/// a conditional body and the kind is not one a body may hold (graph_nodes.cpp).
+CUresult check_node_allowed(const Graph* g, const Work& w);
+/// Sets a conditional handle of the executable running on this thread (a kernel's CPU
+/// implementation calls it, through custream_emu_set_conditional); false when no launch
+/// running on this thread has that handle (graph_exec.cpp).
+bool set_conditional(CUgraphConditionalHandle h, unsigned value);
+/// The Work a node's parameters describe (graph_nodes.cpp; mu held): kernel, memset, memcpy,
+/// host, empty, event record and wait nodes; CUDA_ERROR_NOT_SUPPORTED for other kinds.
+CUresult work_from_params(const CUgraphNodeParams& p, Work* w);
+/// A memset Work (mu held): element size 1, 2 or 4, pitch at least a row when height > 1.
+CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem_size,
+                     size_t width, size_t height, Work* w);
+/// A memcpy Work from a CUDA_MEMCPY3D: 1-D copies between host, device and unified memory;
+/// arrays and 2-D / 3-D copies CUDA_ERROR_NOT_SUPPORTED.
+CUresult memcpy_work(const CUDA_MEMCPY3D& c, Work* w);
+/// A deep copy of g (its child graphs' and bodies' included) owned by `owner` (mu held).
+Graph* clone_graph(const Graph& g, Node* owner);
+/// Whether g may be embedded as a child graph (no conditional, allocation or free node, at
+/// any depth): CUDA_ERROR_INVALID_VALUE otherwise (mu held).
+CUresult check_child_graph(const Graph& g);
+/// The executable form of child graph g replacing `old` (cuGraphExecChildGraphNodeSetParams):
+/// CUDA_ERROR_INVALID_VALUE unless the topology matches (graph_exec.cpp; mu held).
+CUresult exec_child_core(const ExecCore& old, const Graph& g, std::shared_ptr<ExecCore>* out);
+/// The launch a kernel node's parameters describe (module.cpp; mu held).
+CUresult kernel_node_launch(const CUDA_KERNEL_NODE_PARAMS_v3& p,
+                            std::shared_ptr<const KernelLaunch>* out);
 /// Fault injection: CUDA_SUCCESS or the injected failure for this entry point.
 CUresult check_fault(const char* name) noexcept;
 /// The sticky error (custream_emu_set_sticky_error), or CUDA_SUCCESS (no lock needed).
@@ -425,6 +498,9 @@ void register_memory_entries(std::vector<Entry>& out);
 void register_memop_entries(std::vector<Entry>& out);
 void register_capture_entries(std::vector<Entry>& out);
 void register_graph_entries(std::vector<Entry>& out);
+void register_graph_node_entries(std::vector<Entry>& out);
+void register_graph_exec_entries(std::vector<Entry>& out);
+void register_node_update_entries(std::vector<Entry>& out);
 void register_user_object_entries(std::vector<Entry>& out);
 void register_module_entries(std::vector<Entry>& out);
 void register_library_entries(std::vector<Entry>& out);

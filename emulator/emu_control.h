@@ -97,6 +97,16 @@ int custream_emu_register_kernel(const char* name, custream_emu_kernel_fn fn, vo
 /* Launches of kernels named `name` executed so far (process lifetime; no-ops included). */
 long custream_emu_kernel_runs(const char* name);
 
+/* ---- Conditional graph nodes ----
+ * The emulator's cudaGraphSetConditional: sets conditional handle `handle` of the graph launch
+ * running on the calling thread to `value`. A kernel's CPU implementation calls it while the
+ * launch runs (a kernel node of the graph, of a conditional body or of a child graph); the
+ * conditional nodes after it read the new value (a WHILE node before its next iteration).
+ * Returns 0, or -1 when no launch running on this thread has that handle (nothing is set).
+ * The built-in CPU twin of custream's kernel custream_set_condition(handle, const unsigned*
+ * value) calls it with *value; registering another implementation of that name replaces it. */
+int custream_emu_set_conditional(CUgraphConditionalHandle handle, unsigned int value);
+
 /* ---- What the driver keeps of green contexts ----
  * The driver keeps memory for every green context it creates and never gives it back, also
  * after cuGreenCtxDestroy (measured on an H100, driver 580: 4 MiB of device memory and about

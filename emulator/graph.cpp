@@ -14,9 +14,6 @@ Graph* as_graph(CUgraph g) {
 Node* as_node(CUgraphNode n) {
   return valid(state().nodes, n) ? reinterpret_cast<Node*>(n) : nullptr;
 }
-GraphExec* as_exec(CUgraphExec e) {
-  return valid(state().execs, e) ? reinterpret_cast<GraphExec*>(e) : nullptr;
-}
 
 CUresult graph_create(CUgraph* ph, unsigned int flags) {
   EMU_ENTER("cuGraphCreate");
@@ -34,7 +31,8 @@ CUresult graph_destroy(CUgraph h) {
   std::lock_guard<std::mutex> lk(s.mu);
   Graph* g = as_graph(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  if (g->owned_by_capture) return CUDA_ERROR_INVALID_VALUE;
+  // A capture's graph before cuStreamEndCapture, a child graph or body a node owns.
+  if (g->owned_by_capture || g->owner) return CUDA_ERROR_INVALID_VALUE;
   destroy_graph(g);
   s.live.fetch_sub(1);
   return CUDA_SUCCESS;
@@ -73,6 +71,7 @@ CUresult add(CUgraphNode* ph, CUgraph h, const CUgraphNode* deps, size_t n, Work
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::vector<Node*> d;
   if (CUresult r = check_deps(g, deps, n, &d)) return r;
+  if (CUresult r = check_node_allowed(g, w)) return r;
   *ph = reinterpret_cast<CUgraphNode>(add_node(g, std::move(w), d));
   return CUDA_SUCCESS;
 }
@@ -217,6 +216,14 @@ const char* type_name(CUgraphNodeType t) {
       return "WAIT_EVENT";
     case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
       return "BATCH_MEM_OP";
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return "GRAPH";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return "MEM_ALLOC";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return "MEM_FREE";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return "CONDITIONAL";
     default:
       return "UNKNOWN";
   }
@@ -257,6 +264,21 @@ CUresult graph_debug_dot_print(CUgraph h, const char* path, unsigned int flags) 
                           static_cast<unsigned long long>(w.src), w.bytes);
             label += buf;
             break;
+          case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+          case CU_GRAPH_NODE_TYPE_MEM_FREE:
+            std::snprintf(buf, sizeof buf, "\\ndptr 0x%llx\\nbytesize %zu",
+                          static_cast<unsigned long long>(w.dst), w.bytes);
+            label += buf;
+            break;
+          case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+            std::snprintf(buf, sizeof buf, "\\nhandle 0x%llx\\ntype %s\\nsize %u",
+                          static_cast<unsigned long long>(w.cond),
+                          w.cond_type == CU_GRAPH_COND_TYPE_IF      ? "IF"
+                          : w.cond_type == CU_GRAPH_COND_TYPE_WHILE ? "WHILE"
+                                                                    : "SWITCH",
+                          w.cond_size);
+            label += buf;
+            break;
           case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
             std::snprintf(buf, sizeof buf, "\\noperation %d\\naddress 0x%llx\\nvalue %llu",
                           static_cast<int>(w.memop), static_cast<unsigned long long>(w.dst),
@@ -284,238 +306,6 @@ CUresult graph_debug_dot_print(CUgraph h, const char* path, unsigned int flags) 
   return CUDA_SUCCESS;
 }
 
-std::shared_ptr<ExecCore> make_core(const Graph& g) {
-  auto core = std::make_shared<ExecCore>();
-  for (const auto& n : g.nodes) {
-    core->works.push_back(n->work);
-    std::vector<size_t> d;
-    for (const Node* dep : n->deps) d.push_back(dep->index);
-    core->deps.push_back(std::move(d));
-  }
-  core->refs = std::make_shared<RefSet>();
-  for (const auto& [obj, count] : g.refs->refs) {
-    user_object_add(obj, count);
-    core->refs->refs[obj] = count;
-  }
-  return core;
-}
-
-CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstream upload,
-                     CUgraphInstantiateResult* result) {
-  if (result) *result = CUDA_GRAPH_INSTANTIATE_ERROR;
-  if (!ph) return CUDA_ERROR_INVALID_VALUE;
-  const unsigned long long known =
-      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
-      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
-  if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
-  if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) &&
-      (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
-    return CUDA_ERROR_INVALID_VALUE;
-  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
-  Context* ctx = nullptr;
-  if (CUresult r = usable_current_context(&ctx)) return r;
-  Graph* g = as_graph(h);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
-  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
-    for (const auto& n : g->nodes) {
-      const auto t = n->work.type;
-      if (t != CU_GRAPH_NODE_TYPE_MEMSET && t != CU_GRAPH_NODE_TYPE_MEMCPY &&
-          t != CU_GRAPH_NODE_TYPE_EMPTY && t != CU_GRAPH_NODE_TYPE_KERNEL) {
-        if (result) *result = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-    }
-  }
-  Stream* up = nullptr;
-  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
-    if (CUresult r = resolve_stream(upload, &up)) return r;
-    if (up->kind == Stream::kLegacy && legacy_conflict(up->ctx))
-      return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-  }
-  auto* e = new GraphExec;
-  e->core = make_core(*g);
-  e->ctx = ctx;
-  s.execs.insert(e);
-  s.live.fetch_add(1);
-  if (up && !up->capture) push_op(up, Op{});  // the upload: ordered, nothing to copy
-  *ph = reinterpret_cast<CUgraphExec>(e);
-  if (result) *result = CUDA_GRAPH_INSTANTIATE_SUCCESS;
-  return CUDA_SUCCESS;
-}
-
-CUresult graph_instantiate_with_flags(CUgraphExec* ph, CUgraph g, unsigned long long flags) {
-  EMU_ENTER("cuGraphInstantiateWithFlags");
-  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) return CUDA_ERROR_INVALID_VALUE;
-  return instantiate(ph, g, flags, nullptr, nullptr);
-}
-
-CUresult graph_instantiate_with_params(CUgraphExec* ph, CUgraph g,
-                                       CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  EMU_ENTER("cuGraphInstantiateWithParams");
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  p->hErrNode_out = nullptr;
-  return instantiate(ph, g, p->flags, p->hUploadStream, &p->result_out);
-}
-
-CUresult graph_exec_destroy(CUgraphExec h) {
-  EMU_ENTER("cuGraphExecDestroy");
-  State& s = state();
-  std::unique_lock<std::mutex> lk(s.mu);
-  GraphExec* e = as_exec(h);
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  s.execs.erase(e);
-  s.live.fetch_sub(1);
-  std::shared_ptr<ExecCore> core = std::move(e->core);
-  delete e;
-  lk.unlock();
-  core.reset();  // in-flight launches hold their own reference (invariant 7)
-  return CUDA_SUCCESS;
-}
-
-CUresult graph_upload(CUgraphExec h, CUstream hs) {
-  EMU_ENTER("cuGraphUpload");
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
-  if (!as_exec(h)) return CUDA_ERROR_INVALID_VALUE;
-  Stream* st = nullptr;
-  if (CUresult r = resolve_stream(hs, &st)) return r;
-  if (st->capture)
-    return st->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
-  if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
-    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-  push_op(st, Op{});
-  return CUDA_SUCCESS;
-}
-
-struct Step {
-  SignalPtr record;  // event-record node: completes this signal
-  SignalPtr wait;    // event-wait node: waits for this signal
-};
-
-void run_launch(const std::shared_ptr<ExecCore>& core, const std::vector<Step>& steps) {
-  State& s = state();
-  // Works are stored in creation order, which is a topological order of the dependencies.
-  for (size_t i = 0; i < core->works.size(); ++i) {
-    const Work& w = core->works[i];
-    const Step& st = steps[i];
-    if (st.wait) {
-      std::unique_lock<std::mutex> lk(s.mu);
-      s.cv.wait(lk, [&] { return st.wait->done; });
-    }
-    if (w.type == CU_GRAPH_NODE_TYPE_HOST) {
-      run_host_work(w);
-    } else {
-      execute_data_work(w);
-    }
-    if (st.record) {
-      const auto when = Clock::now();
-      std::lock_guard<std::mutex> lk(s.mu);
-      st.record->when = when;
-      st.record->done = true;
-      s.cv.notify_all();
-    }
-  }
-}
-
-CUresult graph_launch(CUgraphExec h, CUstream hs) {
-  EMU_ENTER("cuGraphLaunch");
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
-  GraphExec* e = as_exec(h);
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  Stream* st = nullptr;
-  if (CUresult r = resolve_stream(hs, &st)) return r;
-  if (st->capture) {
-    if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    invalidate(st->capture.get());  // as the driver (measured on the H200, driver 580)
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
-  if (st->kind == Stream::kLegacy && legacy_conflict(st->ctx))
-    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-  std::shared_ptr<ExecCore> core = e->core;
-  // A kernel of a library unloaded since: refused (the H200 may crash: invariant 11).
-  for (const Work& w : core->works)
-    if (w.kernel && kernel_code_unloaded(*w.kernel)) return CUDA_ERROR_INVALID_HANDLE;
-  std::vector<Step> steps(core->works.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Work& w = core->works[i];
-    if (w.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
-      steps[i].record = std::make_shared<Signal>();
-      w.event->sig = steps[i].record;
-      w.event->recorded = true;
-      w.event->capture.reset();
-      w.event->capture_nodes.clear();
-    } else if (w.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && w.event->recorded) {
-      steps[i].wait = w.event->sig;
-    }
-  }
-  Op op;
-  op.run = [core, steps = std::move(steps)] { run_launch(core, steps); };
-  push_op(st, std::move(op));
-  return CUDA_SUCCESS;
-}
-
-CUresult exec_update(CUgraphExec h, CUgraph hg, CUgraphExecUpdateResultInfo* info) {
-  if (!info) return CUDA_ERROR_INVALID_VALUE;
-  info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
-  info->errorNode = nullptr;
-  info->errorFromNode = nullptr;
-  std::shared_ptr<ExecCore> old;
-  {
-    std::lock_guard<std::mutex> lk(state().mu);
-    GraphExec* e = as_exec(h);
-    Graph* g = as_graph(hg);
-    if (!e || !g) return CUDA_ERROR_INVALID_VALUE;
-    const ExecCore& c = *e->core;
-    if (c.works.size() != g->nodes.size()) {
-      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    }
-    for (size_t i = 0; i < c.works.size(); ++i) {
-      const Node& n = *g->nodes[i];
-      if (n.work.type != c.works[i].type) {
-        info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-        info->errorNode = reinterpret_cast<CUgraphNode>(g->nodes[i].get());
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-      }
-      std::vector<size_t> d;
-      for (const Node* dep : n.deps) d.push_back(dep->index);
-      std::vector<size_t> a = c.deps[i];
-      std::sort(a.begin(), a.end());
-      std::sort(d.begin(), d.end());
-      if (a != d) {
-        info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-        info->errorNode = reinterpret_cast<CUgraphNode>(g->nodes[i].get());
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-      }
-    }
-    // The executable takes the new parameters and a copy of the new graph's user-object
-    // references; launches in flight keep the old ones (invariant 7).
-    old = std::move(e->core);
-    e->core = make_core(*g);
-  }
-  old.reset();
-  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
-  return CUDA_SUCCESS;
-}
-
-CUresult graph_exec_update(CUgraphExec h, CUgraph g, CUgraphExecUpdateResultInfo* info) {
-  EMU_ENTER("cuGraphExecUpdate");
-  return exec_update(h, g, info);
-}
-
-CUresult graph_exec_update_v1(CUgraphExec h, CUgraph g, CUgraphNode* err,
-                              CUgraphExecUpdateResult* result) {
-  EMU_ENTER("cuGraphExecUpdate");
-  CUgraphExecUpdateResultInfo info{};
-  CUresult r = exec_update(h, g, &info);
-  if (err) *err = info.errorNode;
-  if (result) *result = info.result;
-  return r;
-}
-
 }  // namespace
 
 Graph* new_graph() {
@@ -539,7 +329,12 @@ Node* add_node(Graph* g, Work w, const std::vector<Node*>& deps) {
 void destroy_graph(Graph* g) {
   if (!g) return;
   State& s = state();
-  for (const auto& n : g->nodes) s.nodes.erase(n.get());
+  for (const auto& n : g->nodes) {
+    s.nodes.erase(n.get());
+    for (Graph* b : n->bodies) destroy_graph(b);  // invariant 14
+  }
+  for (auto it = s.cond_handles.begin(); it != s.cond_handles.end();)
+    it = it->second.graph == g ? s.cond_handles.erase(it) : std::next(it);
   s.graphs.erase(g);
   delete g;  // releases the graph's user-object references
 }
@@ -561,13 +356,6 @@ void register_graph_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuGraphKernelNodeGetParams, 10000, graph_kernel_node_get_params_v1),
                  EMU_ENTRY(cuGraphKernelNodeGetParams, 12000, graph_kernel_node_get_params),
                  EMU_ENTRY(cuGraphDebugDotPrint, 11030, graph_debug_dot_print),
-                 EMU_ENTRY(cuGraphInstantiateWithFlags, 11040, graph_instantiate_with_flags),
-                 EMU_ENTRY(cuGraphInstantiateWithParams, 12000, graph_instantiate_with_params),
-                 EMU_ENTRY(cuGraphExecDestroy, 10000, graph_exec_destroy),
-                 EMU_ENTRY(cuGraphUpload, 11010, graph_upload),
-                 EMU_ENTRY(cuGraphLaunch, 10000, graph_launch),
-                 EMU_ENTRY(cuGraphExecUpdate, 10020, graph_exec_update_v1),
-                 EMU_ENTRY(cuGraphExecUpdate, 12000, graph_exec_update),
              });
 }
 

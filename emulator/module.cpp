@@ -60,8 +60,27 @@ struct Kernels {
   std::map<std::string, long> runs;
 };
 
+// The built-in CPU twin of custream's set-condition kernel,
+// custream_set_condition(CUgraphConditionalHandle handle, const unsigned* value): sets the
+// handle of the running launch to *value (invariant 14).
+void set_condition_twin(const custream_emu_kernel_launch* l) {
+  CUgraphConditionalHandle handle = 0;
+  const unsigned* value = nullptr;
+  std::memcpy(&handle, l->params[0], sizeof handle);
+  std::memcpy(&value, l->params[1], sizeof value);
+  if (value) set_conditional(handle, *value);
+}
+
 Kernels& kernels() {
-  static Kernels* k = new Kernels;  // leaked (invariant 5)
+  static Kernels* k = [] {
+    auto* made = new Kernels;  // leaked (invariant 5)
+    auto twin = std::make_shared<KernelImpl>();
+    twin->fn = set_condition_twin;
+    twin->param_sizes = {sizeof(CUgraphConditionalHandle), sizeof(const unsigned*)};
+    twin->sizes_given = true;
+    made->impls["custream_set_condition"] = std::move(twin);
+    return made;
+  }();
   return *k;
 }
 
@@ -560,38 +579,20 @@ CUresult check_launch(const Function& f, const LaunchRequest& q, const LaunchOpt
   return CUDA_SUCCESS;
 }
 
-// A launch of a CUfunction, or of a CUkernel cast to one (cuda.h: the function of the kernel
-// in the stream's context, or in the current context for a NULL stream; loaded there first if
-// need be, as lazy loading does, also while the stream captures).
-CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** extra) {
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
-  Function* f = nullptr;
-  Kernel* kernel = nullptr;
-  if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
-  Stream* st = nullptr;
-  if (CUresult r = resolve_stream(q.stream, &st)) return r;
-  if (kernel) {
-    if (CUresult r = kernel_function(kernel, st->ctx, &f)) return r;
-  }
-  // Loaded in another context: refused. A green context uses the primary context's modules,
-  // and the primary context its green contexts' (resource_owner).
-  if (resource_owner(f->module->ctx) != resource_owner(st->ctx)) return CUDA_ERROR_INVALID_HANDLE;
-  LaunchOptions options;
-  if (CUresult r = read_attributes(q, &options)) return r;
-  if (CUresult r = check_launch(*f, q, options, st->ctx->device)) {
-    if (st->capture) invalidate(st->capture.get());
-    return r;
-  }
+// The launch of f in ctx with the arguments copied (mu held): what a kernel Op or kernel node
+// runs. The CPU implementation registered for f's name now is the one it runs.
+CUresult make_launch(const Function& fn, const LaunchRequest& q, Context* ctx, void** params,
+                     void** extra, std::shared_ptr<KernelLaunch>* out) {
+  const Function* f = &fn;
   if (extra) return CUDA_ERROR_NOT_SUPPORTED;  // packed arguments are not emulated
   auto k = std::make_shared<KernelLaunch>();
   k->name = f->name;
   std::memcpy(k->grid, q.grid, sizeof k->grid);
   std::memcpy(k->block, q.block, sizeof k->block);
   k->shared_bytes = q.shared;
-  k->func = reinterpret_cast<CUfunction>(f);
+  k->func = reinterpret_cast<CUfunction>(const_cast<Function*>(f));
   k->kern = reinterpret_cast<CUkernel>(f->kernel);
-  k->ctx = reinterpret_cast<CUcontext>(st->ctx);
+  k->ctx = reinterpret_cast<CUcontext>(ctx);
   if (f->module->library) {
     k->of_library = true;
     k->library = f->module->library->alive;
@@ -637,6 +638,35 @@ CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** ext
     k->args.emplace_back(p, p + (*sizes)[i]);
   }
   for (auto& a : k->args) k->arg_pointers.push_back(a.data());
+  *out = std::move(k);
+  return CUDA_SUCCESS;
+}
+
+// A launch of a CUfunction, or of a CUkernel cast to one (cuda.h: the function of the kernel
+// in the stream's context, or in the current context for a NULL stream; loaded there first if
+// need be, as lazy loading does, also while the stream captures).
+CUresult launch(CUfunction hf, const LaunchRequest& q, void** params, void** extra) {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  Function* f = nullptr;
+  Kernel* kernel = nullptr;
+  if (CUresult r = function_or_kernel(hf, &f, &kernel)) return r;
+  Stream* st = nullptr;
+  if (CUresult r = resolve_stream(q.stream, &st)) return r;
+  if (kernel) {
+    if (CUresult r = kernel_function(kernel, st->ctx, &f)) return r;
+  }
+  // Loaded in another context: refused. A green context uses the primary context's modules,
+  // and the primary context its green contexts' (resource_owner).
+  if (resource_owner(f->module->ctx) != resource_owner(st->ctx)) return CUDA_ERROR_INVALID_HANDLE;
+  LaunchOptions options;
+  if (CUresult r = read_attributes(q, &options)) return r;
+  if (CUresult r = check_launch(*f, q, options, st->ctx->device)) {
+    if (st->capture) invalidate(st->capture.get());
+    return r;
+  }
+  std::shared_ptr<KernelLaunch> k;
+  if (CUresult r = make_launch(*f, q, st->ctx, params, extra, &k)) return r;
   Work w;
   w.type = CU_GRAPH_NODE_TYPE_KERNEL;
   w.kernel = std::move(k);
@@ -791,6 +821,41 @@ CUresult function_or_kernel(CUfunction h, Function** f, Kernel** k) {
   *f = valid(functions(), h) ? reinterpret_cast<Function*>(h) : nullptr;
   *k = !*f && valid(state().kernels, h) ? reinterpret_cast<Kernel*>(h) : nullptr;
   return *f || *k ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult kernel_node_launch(const CUDA_KERNEL_NODE_PARAMS_v3& p,
+                            std::shared_ptr<const KernelLaunch>* out) {
+  Function* f = nullptr;
+  Kernel* kernel = nullptr;
+  Context* ctx = nullptr;
+  if (p.func) {  // cuda.h: ctx is ignored when func is set
+    if (CUresult r = function_or_kernel(p.func, &f, &kernel)) return r;
+  } else if (p.kern) {
+    if (!valid(state().kernels, p.kern)) return CUDA_ERROR_INVALID_HANDLE;
+    kernel = reinterpret_cast<Kernel*>(p.kern);
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (kernel) {  // a CUkernel: its function in p.ctx, or the current context
+    ctx = p.func ? nullptr : reinterpret_cast<Context*>(p.ctx);
+    if (!ctx) {
+      if (CUresult r = usable_current_context(&ctx)) return r;
+    } else if (CUresult r = context_status(ctx)) {
+      return r;
+    }
+    if (CUresult r = kernel_function(kernel, ctx, &f)) return r;
+  } else {
+    ctx = f->module->ctx;
+  }
+  LaunchRequest q;
+  q.grid[0] = p.gridDimX, q.grid[1] = p.gridDimY, q.grid[2] = p.gridDimZ;
+  q.block[0] = p.blockDimX, q.block[1] = p.blockDimY, q.block[2] = p.blockDimZ;
+  q.shared = p.sharedMemBytes;
+  if (CUresult r = check_launch(*f, q, LaunchOptions{}, ctx->device)) return r;
+  std::shared_ptr<KernelLaunch> k;
+  if (CUresult r = make_launch(*f, q, ctx, p.kernelParams, p.extra, &k)) return r;
+  *out = std::move(k);
+  return CUDA_SUCCESS;
 }
 
 void kernel_node_params(const KernelLaunch& k, CUDA_KERNEL_NODE_PARAMS_v2* out) {

@@ -69,6 +69,8 @@ const Table& table() {
     register_memop_entries(all);
     register_capture_entries(all);
     register_graph_entries(all);
+    register_graph_node_entries(all);
+    register_graph_exec_entries(all);
     register_user_object_entries(all);
     register_module_entries(all);
     register_library_entries(all);

@@ -120,23 +120,39 @@ using namespace std::chrono_literals;
 
 // Entry points a driver may lack (green contexts: CUDA 12.4 and later): loaded when served,
 // NULL otherwise; a case that needs them skips without them (REQUIRE_GREEN_CONTEXTS).
-#define CONFORMANCE_OPTIONAL_ENTRIES(X)                              \
-  X(cuCtxGetId, cuCtxGetId, 12000)                                   \
-  X(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040)           \
-  X(cuCtxGetDevResource, cuCtxGetDevResource, 12040)                 \
-  X(cuGreenCtxGetDevResource, cuGreenCtxGetDevResource, 12040)       \
-  X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount, 12040) \
-  X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040)     \
-  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040)                       \
-  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040)                     \
-  X(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040)                     \
-  X(cuStreamGetGreenCtx, cuStreamGetGreenCtx, 12040)                 \
-  X(cuGreenCtxRecordEvent, cuGreenCtxRecordEvent, 12040)             \
-  X(cuGreenCtxWaitEvent, cuGreenCtxWaitEvent, 12040)                 \
-  X(cuGreenCtxGetId, cuGreenCtxGetId, 12090)                         \
-  X(cuCtxRecordEvent, cuCtxRecordEvent, 12050)                       \
-  X(cuCtxWaitEvent, cuCtxWaitEvent, 12050)                           \
-  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050)
+#define CONFORMANCE_OPTIONAL_ENTRIES(X)                                            \
+  X(cuCtxGetId, cuCtxGetId, 12000)                                                 \
+  X(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040)                         \
+  X(cuCtxGetDevResource, cuCtxGetDevResource, 12040)                               \
+  X(cuGreenCtxGetDevResource, cuGreenCtxGetDevResource, 12040)                     \
+  X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount, 12040)               \
+  X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040)                   \
+  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040)                                     \
+  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040)                                   \
+  X(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040)                                   \
+  X(cuStreamGetGreenCtx, cuStreamGetGreenCtx, 12040)                               \
+  X(cuGreenCtxRecordEvent, cuGreenCtxRecordEvent, 12040)                           \
+  X(cuGreenCtxWaitEvent, cuGreenCtxWaitEvent, 12040)                               \
+  X(cuGreenCtxGetId, cuGreenCtxGetId, 12090)                                       \
+  X(cuCtxRecordEvent, cuCtxRecordEvent, 12050)                                     \
+  X(cuCtxWaitEvent, cuCtxWaitEvent, 12050)                                         \
+  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050)                         \
+  X(cuGraphAddNode, cuGraphAddNode, 12030)                                         \
+  X(cuGraphNodeSetParams, cuGraphNodeSetParams, 12020)                             \
+  X(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams, 12020)                     \
+  X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030)         \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030)               \
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000)           \
+  X(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 12030)                 \
+  X(cuGraphGetEdges, cuGraphGetEdges, 12030)                                       \
+  X(cuGraphAddDependencies, cuGraphAddDependencies, 12030)                         \
+  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000)         \
+  X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020)         \
+  X(cuGraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, 10020)         \
+  X(cuGraphExecHostNodeSetParams, cuGraphExecHostNodeSetParams, 10020)             \
+  X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams, 11010) \
+  X(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060)                           \
+  X(cuGraphNodeGetEnabled, cuGraphNodeGetEnabled, 11060)
 
 // Context-independent loading and cuLaunchKernelEx (CUDA 12.0 to 12.5 added them), and the
 // occupancy, attribute and kernel-node calls custream makes with them: loaded when served; a
