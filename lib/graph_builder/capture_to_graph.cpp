@@ -208,9 +208,10 @@ std::vector<GraphNode> GraphCaptureScope::end() {
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, kEndCapture, stream_,
                                r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                   ? "the capture was invalidated by an earlier capture-unsafe "
-                                     "call; the stream has left capture mode, and the nodes "
-                                     "captured before it may stay in the builder's graph"
+                                   ? "the capture was invalidated by an earlier call (one the "
+                                     "driver refused, or a capture-unsafe one); the stream has "
+                                     "left capture mode, and the nodes captured before it stay "
+                                     "in the builder's graph"
                                    : "");
   }
   return sinks;
