@@ -519,3 +519,27 @@ TEST_CASE("GraphCaptureScope: ending twice, the destructor, a dependency of anot
   (void)capture.end();
   expect_error([&] { (void)capture.end(); }, CUDA_ERROR_ILLEGAL_STATE, "already ended");
 }
+
+TEST_CASE("nodes captured into a builder are its own: edges, kinds, cycles refused",
+          "[graph-conditional][gpu]") {
+  REQUIRE_CONDITIONALS();
+  Stream s = Stream::create();
+  DeviceBuffer words(16, s);
+  GraphBuilder b = GraphBuilder::create();
+  const GraphNode first = b.add_empty({});
+  std::vector<GraphNode> last;
+  {
+    GraphCaptureScope capture(s, b, first);
+    s.memset32(words.get(), 1, 4);
+    s.memset32(words.get(), 2, 4);
+    last = capture.end();
+  }
+  REQUIRE(last.size() == 1);
+  CHECK(last[0].kind() == GraphNodeKind::memset);
+  // first -> memset -> memset: an edge back to `first` closes a cycle, refused by custream.
+  expect_error([&] { b.add_dependency(last[0], first); }, CUDA_ERROR_INVALID_VALUE,
+               "would close a cycle");
+  CHECK(b.node_count() == 3);
+  const std::string dot = b.dot();
+  CHECK(custream_test::contains_text(dot, "memset") == "memset");
+}

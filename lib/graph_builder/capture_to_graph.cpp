@@ -10,6 +10,7 @@
 // refused by host_function.cpp through conditional.cpp's check_capture_accepts_host.
 #include "custream/graph_capture_scope.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 
@@ -85,6 +86,38 @@ std::vector<Sink> capture_sinks(StreamRef s, CUgraph graph) {
   return sinks;
 }
 
+// The nodes of `graph`, sorted. @throws Error.
+std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
+  std::size_t count = 0;
+  detail::call<&DriverApi::cuGraphGetNodes>(detail::graph_subject(graph), graph,
+                                            static_cast<CUgraphNode*>(nullptr), &count);
+  std::vector<CUgraphNode> nodes(count);
+  detail::call<&DriverApi::cuGraphGetNodes>(detail::graph_subject(graph), graph, nodes.data(),
+                                            &count);
+  nodes.resize(count);
+  std::sort(nodes.begin(), nodes.end());
+  return nodes;
+}
+
+// Records in `owner` the nodes the capture appended to `graph` (those not in `before`), with
+// their kinds and edges, as the builder's add_… records its own (owner.hpp). @throws Error.
+void record_captured(detail::BuilderOwner& owner, CUgraph graph,
+                     const std::vector<CUgraphNode>& before) {
+  for (CUgraphNode node : graph_nodes(graph)) {
+    if (std::binary_search(before.begin(), before.end(), node)) continue;
+    CUgraphNodeType type{};
+    detail::call<&DriverApi::cuGraphNodeGetType>(detail::graph_subject(graph), node, &type);
+    std::size_t count = 0;
+    detail::call<&DriverApi::cuGraphNodeGetDependencies>(
+        detail::graph_subject(graph), node, static_cast<CUgraphNode*>(nullptr), &count);
+    std::vector<CUgraphNode> deps(count);
+    detail::call<&DriverApi::cuGraphNodeGetDependencies>(detail::graph_subject(graph), node,
+                                                         deps.data(), &count);
+    owner.reserve(count);
+    owner.record(node, graph, kind_of(type), deps.data(), count);
+  }
+}
+
 // Ends the capture of `s` (its graph is the builder's: never destroyed). Returns the result.
 CUresult end_capture_into(StreamRef s) {
   std::lock_guard<std::mutex> lock(detail::capture_transitions());  // capture.md, invariant 5
@@ -136,6 +169,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
     }
     deps.push_back(node.handle());
   }
+  before_ = graph_nodes(graph);
   std::optional<ContextScope> scope;
   CUresult r = CUDA_SUCCESS;
   {
@@ -165,6 +199,7 @@ void GraphCaptureScope::finish() noexcept {
   try {
     if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
     into_.owner_.get()->libraries.hold_since(epoch_);  // libraries.md, invariant 5
+    record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
   } catch (const Error& e) {
     detail::report_release_failure(e.result(), "custream::GraphCaptureScope", "graph",
                                    into_.handle());

@@ -138,7 +138,8 @@
   /* conditional nodes (ABI 12.3: PFN_..._v12030; docs/design/graphs.md) */             \
   X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030, false)       \
   X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, false)             \
-  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, false)
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, false)        \
+  X(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 10000, false)
 
 namespace custream::detail {
 
