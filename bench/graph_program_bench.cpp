@@ -79,8 +79,7 @@ ProgramState& program_state() {
       const custream::LaunchConfig one{custream::Dim3(1), custream::Dim3(1)};
       s->looped = custream::GraphBuilder::create();
       const custream::ConditionalHandle c = s->looped.add_condition(1, true);
-      const custream::GraphNode reset =
-          s->looped.add_memset({}, s->counter(), kLoopIterations, 1);
+      const custream::GraphNode reset = s->looped.add_memset({}, s->counter(), kLoopIterations, 1);
       custream::GraphBuilder body = s->looped.add_while(reset, c).body();
       const custream::GraphNode step = body.add_kernel({}, s->step, one, s->counter(), s->flag());
       body.add_set_condition(step, c, s->flag());

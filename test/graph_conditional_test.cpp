@@ -151,9 +151,9 @@ bool has_conditionals() {
          custream::driver_info().version >= 12080;
 }
 
-#define REQUIRE_CONDITIONALS()                                                            \
-  do {                                                                                     \
-    REQUIRE_DRIVER();                                                                      \
+#define REQUIRE_CONDITIONALS()                                                              \
+  do {                                                                                      \
+    REQUIRE_DRIVER();                                                                       \
     if (!has_conditionals()) CUSTREAM_SKIP("conditional nodes need a CUDA driver >= 12.8"); \
   } while (false)
 
@@ -362,8 +362,7 @@ TEST_CASE("a body refuses the node kinds the driver does not accept there",
   // A child graph holding a host node.
   GraphBuilder child = GraphBuilder::create();
   child.add_host({}, [] {});
-  expect_error([&] { body.add_child({}, child); }, CUDA_ERROR_NOT_SUPPORTED,
-               "holds a host node");
+  expect_error([&] { body.add_child({}, child); }, CUDA_ERROR_NOT_SUPPORTED, "holds a host node");
   unchanged();
   // What a body accepts goes in.
   body.add_empty({});

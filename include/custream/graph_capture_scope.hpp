@@ -80,7 +80,7 @@ class GraphCaptureScope {
   NvtxRange range_;
   bool active_ = false;
   unsigned long long id_ = 0;
-  std::uint64_t epoch_ = 0;  // the capture epoch it began at (libraries.md, invariant 5)
+  std::uint64_t epoch_ = 0;          // the capture epoch it began at (libraries.md, invariant 5)
   std::vector<CUgraphNode> before_;  // the graph's nodes before the capture (sorted)
 };
 

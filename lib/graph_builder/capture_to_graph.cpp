@@ -8,8 +8,6 @@
 // the end), and libraries launched during the capture are held by the builder. The graph is the
 // builder's: ending never destroys it. A host function enqueued while capturing into a body is
 // refused by host_function.cpp through conditional.cpp's check_capture_accepts_host.
-#include "custream/graph_capture_scope.hpp"
-
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -18,10 +16,11 @@
 #include "custream/capture.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
+#include "custream/graph_capture_scope.hpp"
 #include "driver.hpp"
-#include "owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
+#include "owner.hpp"
 
 namespace custream {
 
@@ -198,7 +197,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
 void GraphCaptureScope::finish() noexcept {
   try {
     if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
-    into_.owner_.get()->libraries.hold_since(epoch_);  // libraries.md, invariant 5
+    into_.owner_.get()->libraries.hold_since(epoch_);               // libraries.md, invariant 5
     record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
   } catch (const Error& e) {
     detail::report_release_failure(e.result(), "custream::GraphCaptureScope", "graph",
@@ -212,15 +211,13 @@ GraphCaptureScope::~GraphCaptureScope() {
   if (!active_) return;
   const CaptureInfo info = capture_info(stream_);
   if (info.result != CUDA_SUCCESS) {  // unknown whether it is ours: leave it, and say so
-    detail::report_release_failure(info.result, kGetCaptureInfo, "stream",
-                                   stream_.handle());
+    detail::report_release_failure(info.result, kGetCaptureInfo, "stream", stream_.handle());
   } else if (info.status != CaptureStatus::none && info.id == id_) {
     try {
       const CUresult r = end_capture_into(stream_);
       detail::report_release_failure(r, kEndCapture, "stream", stream_.handle());
     } catch (const Error& e) {  // no context could be made current for a special handle
-      detail::report_release_failure(e.result(), kEndCapture, "stream",
-                                     stream_.handle());
+      detail::report_release_failure(e.result(), kEndCapture, "stream", stream_.handle());
     }
   }
   finish();
@@ -238,7 +235,8 @@ std::vector<GraphNode> GraphCaptureScope::end() {
   }
   const CUresult r = end_capture_into(stream_);
   const CaptureInfo after = capture_info(stream_);
-  active_ = after.result != CUDA_SUCCESS || (after.status != CaptureStatus::none && after.id == id_);
+  active_ =
+      after.result != CUDA_SUCCESS || (after.status != CaptureStatus::none && after.id == id_);
   if (!active_) finish();
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, kEndCapture, stream_,

@@ -7,10 +7,11 @@
 // body's GraphBuilder shares the root's BuilderOwner, so that the root outlives every builder of
 // its bodies. Every refusal is made before the driver is called: a refused add leaves the graph
 // as it was.
+#include "conditional.hpp"
+
 #include <optional>
 #include <vector>
 
-#include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
@@ -54,8 +55,8 @@ ConditionalHandle GraphBuilder::add_condition(unsigned default_value, bool assig
 
 ConditionalNode GraphBuilder::add_conditional_node(GraphDependencies after,
                                                    const ConditionalHandle& condition,
-                                                   CUgraphConditionalNodeType type,
-                                                   unsigned size, const char* call) {
+                                                   CUgraphConditionalNodeType type, unsigned size,
+                                                   const char* call) {
   CUgraphNodeParams params = conditional_params(*this, condition, type, size, call);
   detail::BuilderOwner& owner = *owner_.get();
   owner.graphs.reserve(owner.graphs.size() + size);  // add_body below cannot fail

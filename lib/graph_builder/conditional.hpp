@@ -29,13 +29,13 @@ struct BuilderOwner;
 
 /// What custream knows of one conditional body graph.
 struct BodyInfo {
-  CUgraph root = nullptr;     ///< the builder's graph, whose BuilderOwner keeps the body alive
-  CUgraph parent = nullptr;   ///< the graph holding the conditional node (root or a body)
-  CUgraphNode node = nullptr; ///< the conditional node
+  CUgraph root = nullptr;      ///< the builder's graph, whose BuilderOwner keeps the body alive
+  CUgraph parent = nullptr;    ///< the graph holding the conditional node (root or a body)
+  CUgraphNode node = nullptr;  ///< the conditional node
   CUgraphConditionalNodeType type = CU_GRAPH_COND_TYPE_IF;
-  unsigned size = 1;          ///< how many bodies the node has
-  unsigned index = 0;         ///< which of them this is
-  CUcontext context = nullptr;///< the context all its kernels must belong to
+  unsigned size = 1;            ///< how many bodies the node has
+  unsigned index = 0;           ///< which of them this is
+  CUcontext context = nullptr;  ///< the context all its kernels must belong to
 };
 
 /// Registers `bodies` (info.size of them, body i with index i) of the conditional node
@@ -81,7 +81,7 @@ void check_condition_of(const GraphBuilder& builder, const ConditionalHandle& co
 
 /// Refuses (Error CUDA_ERROR_NOT_SUPPORTED, without calling the driver) a conditional node the
 /// driver of `driver_version` cannot make: IF and WHILE need 12.3, IF/ELSE and SWITCH 12.8.
-void check_conditional_driver(int driver_version, CUgraphConditionalNodeType type,
-                              unsigned size, const char* call);
+void check_conditional_driver(int driver_version, CUgraphConditionalNodeType type, unsigned size,
+                              const char* call);
 
 }  // namespace custream::detail

@@ -5,12 +5,11 @@
 // Contract: a body is registered with its root graph from its conditional node's creation until
 // the root's BuilderOwner forgets it (forget_bodies_of) before destroying the root. Every check
 // here refuses before the driver is called, so a refused add leaves the graph as it was.
-#include "conditional.hpp"
-
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
+#include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/stream_ref.hpp"
@@ -130,8 +129,8 @@ const char* type_kind(CUgraphNodeType type) noexcept {
 // name; nullptr when there is none.
 const char* first_refused(CUgraph graph) {
   std::size_t count = 0;
-  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph,
-                                    static_cast<CUgraphNode*>(nullptr), &count);
+  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, static_cast<CUgraphNode*>(nullptr),
+                                    &count);
   std::vector<CUgraphNode> nodes(count);
   call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);
   for (CUgraphNode node : nodes) {
@@ -240,9 +239,8 @@ void check_capture_accepts_host(CUgraph graph, const StreamRef& stream, const ch
   if (!body) return;
   throw_stream_error(CUDA_ERROR_NOT_SUPPORTED, call, stream,
                      "custream refused it without calling the driver: the stream captures into " +
-                         body_text(*body) +
-                         ", and a host function would be a host node; " + kBodyRule +
-                         ". Run the host work before or after the conditional node");
+                         body_text(*body) + ", and a host function would be a host node; " +
+                         kBodyRule + ". Run the host work before or after the conditional node");
 }
 
 void check_condition_of(const GraphBuilder& builder, const ConditionalHandle& condition,
@@ -270,17 +268,17 @@ void check_condition_of(const GraphBuilder& builder, const ConditionalHandle& co
               "custream refused it without calling the driver: " + why);
 }
 
-void check_conditional_driver(int driver_version, CUgraphConditionalNodeType type,
-                              unsigned size, const char* call) {
+void check_conditional_driver(int driver_version, CUgraphConditionalNodeType type, unsigned size,
+                              const char* call) {
   const bool needs_12_8 = type == CU_GRAPH_COND_TYPE_SWITCH || size == 2;
   const int needed = needs_12_8 ? 12080 : 12030;
   if (driver_version >= needed) return;
-  throw Error(CUDA_ERROR_NOT_SUPPORTED, call, {},
-              std::string("custream refused it without calling the driver: ") +
-                  conditional_name(type, size) + " nodes need a CUDA driver >= " +
-                  version_text(needed) + "; the loaded driver is " + version_text(driver_version) +
-                  (needs_12_8 ? " (IF and WHILE nodes need 12.3: nest an IF per case instead)"
-                              : ""));
+  throw Error(
+      CUDA_ERROR_NOT_SUPPORTED, call, {},
+      std::string("custream refused it without calling the driver: ") +
+          conditional_name(type, size) + " nodes need a CUDA driver >= " + version_text(needed) +
+          "; the loaded driver is " + version_text(driver_version) +
+          (needs_12_8 ? " (IF and WHILE nodes need 12.3: nest an IF per case instead)" : ""));
 }
 
 }  // namespace detail
