@@ -24,6 +24,8 @@ void add_stream_cases(std::vector<Case>& cases);
 /// cases are skipped when prepared, with the reason, where the driver cannot load modules (on
 /// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
+/// GraphBuilder's add path: 1,000 kernel (or memset) nodes against the raw cuGraphAddNode loop.
+void add_graph_builder_cases(std::vector<Case>& cases);
 
 /// Graphs as programs: instantiate + first launch and launch of a graph with conditional nodes
 /// against the raw driver on the same CUgraph, and a loop of 1,000 iterations decided on the

@@ -15,6 +15,7 @@
 #include "bench_cases.hpp"
 #include "custream/custream.hpp"
 #include "custream/graph.hpp"
+#include "custream/graph_builder.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/testing.hpp"
@@ -398,6 +399,109 @@ void add_graph_cases(std::vector<Case>& cases) {
     c.note = [](const Case&) { return first_vs_repeat(state()); };
   };
   cases.push_back(std::move(graph));
+}
+
+namespace {
+
+// 1,000 nodes in a chain, each after the previous, then the graph destroyed: through the raw
+// cuGraphAddNode (the same parameters custream passes) and through GraphBuilder.
+void raw_chain(const CUgraphNodeParams& params, int graphs) {
+  const auto& api = custream::testing::driver();
+  for (int i = 0; i < graphs; ++i) {
+    CUgraph g = nullptr;
+    check(api.cuGraphCreate(&g, 0), "cuGraphCreate");
+    CUgraphNode prev = nullptr;
+    for (int k = 0; k < kGraphKernels; ++k) {
+      CUgraphNodeParams p = params;  // the driver may write to it
+      CUgraphNode node = nullptr;
+      check(api.cuGraphAddNode(&node, g, prev != nullptr ? &prev : nullptr, nullptr,
+                               prev != nullptr ? 1 : 0, &p),
+            "cuGraphAddNode");
+      prev = node;
+    }
+    check(api.cuGraphDestroy(g), "cuGraphDestroy");
+  }
+}
+
+template <typename Add>
+void builder_chain(int graphs, Add add) {
+  const custream::Context context = state().device.primary_context();
+  for (int i = 0; i < graphs; ++i) {
+    custream::GraphBuilder b(context);
+    custream::GraphNode prev;
+    for (int k = 0; k < kGraphKernels; ++k) prev = add(b, prev);
+  }
+}
+
+}  // namespace
+
+void add_graph_builder_cases(std::vector<Case>& cases) {
+  // The add path: one cuGraphAddNode a node, the argument check once per kernel (as launches).
+  Case kernels{"graph builder: 1,000 kernel nodes",
+               {},
+               {},
+               {Target::Kind::ratio, 0, 1.02},
+               4,
+               21,
+               {},
+               "cuGraphCreate, 1,000 cuGraphAddNode (kernel), cuGraphDestroy"};
+  kernels.needs_kernels = true;
+  kernels.prepare = [](Case& c) {
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    if (custream::testing::driver().cuGraphAddNode == nullptr) {
+      c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
+      return;
+    }
+    static void* no_args[1] = {nullptr};
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = state().noop.handle();
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = no_args;
+    p.kernel.ctx = state().device.primary_context().handle();
+    c.raw = [p](int n) { raw_chain(p, n); };
+    c.ours = [](int n) {
+      const custream::LaunchConfig config{{1}, {1}};
+      builder_chain(n, [&](custream::GraphBuilder& b, const custream::GraphNode& prev) {
+        return b.add_kernel(prev, state().noop, config);
+      });
+    };
+  };
+  cases.push_back(std::move(kernels));
+
+  // The same with memset nodes: runs on the CPU emulator too.
+  Case memsets{"graph builder: 1,000 memset nodes",
+               {},
+               {},
+               {Target::Kind::ratio, 0, 1.02},
+               4,
+               21,
+               {},
+               "cuGraphCreate, 1,000 cuGraphAddNode (memset), cuGraphDestroy"};
+  memsets.prepare = [](Case& c) {
+    if (custream::testing::driver().cuGraphAddNode == nullptr) {
+      c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
+      return;
+    }
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = state().buffer.get();
+    p.memset.value = 1;
+    p.memset.elementSize = 4;
+    p.memset.width = 1;
+    p.memset.height = 1;
+    p.memset.ctx = state().device.primary_context().handle();
+    c.raw = [p](int n) { raw_chain(p, n); };
+    c.ours = [](int n) {
+      const CUdeviceptr dst = state().buffer.get();
+      builder_chain(n, [dst](custream::GraphBuilder& b, const custream::GraphNode& prev) {
+        return b.add_memset(prev, dst, std::uint32_t{1}, 1);
+      });
+    };
+  };
+  cases.push_back(std::move(memsets));
 }
 
 // The stream parked behind the gate (bench/gate.hpp) while a batch is timed.

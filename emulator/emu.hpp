@@ -67,6 +67,14 @@
 //     abandoned) and stays covered by its context's waits (Context::retired): cuMemFree and
 //     cuMemFreeHost wait for every stream of every context, destroyed ones' included, so no
 //     queued work touches freed memory.
+// 14. Graphs as programs (graph_nodes.cpp, graph_exec.cpp, graph_updates.cpp): a child graph
+//     node owns a clone of its child, a conditional node its bodies (Node::bodies, Graph::owner;
+//     destroyed with the node's graph, never counted as live). Conditional handles belong to a
+//     graph (State::cond_handles) and go with it. An executable's ExecCore nests the bodies'
+//     cores in Work::bodies and runs every level in a topological order; its conditional
+//     values (CondValues, atomics) are per executable and found by a kernel's CPU twin through
+//     the thread-local launch of its worker. Per-node updates never write a core a launch may
+//     hold: they copy the cores on the node's path (GraphExec::paths) and swap them in under mu.
 #pragma once
 
 #include <cuda.h>

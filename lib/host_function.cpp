@@ -58,7 +58,6 @@ void CUDA_CB callback_once(CUstream, CUresult status, void* p) {
   task->destroy(task);
 }
 
-
 // The user object's destructor: frees the payload, never calls the driver.
 void CUDA_CB destroy_task(void* p) {
   auto* task = static_cast<detail::HostTask*>(p);

@@ -12,7 +12,6 @@
 #include "custream/detail/cuda.hpp"
 
 #include "custream/detail/call.hpp"
-
 #include "custream/launch_config.hpp"
 #include "custream/stream_ref.hpp"
 
@@ -29,7 +28,7 @@ void launch_with_config(CUfunction function, const StreamRef& stream, const Laun
 /// Where a launch with a configuration goes, for the checks of invariant 7 and their errors: a
 /// stream, or (stream null) a kernel node of `graph` whose kernel runs in `context_` on `device`.
 struct LaunchSite {
-  const char* call;                 ///< named by a refusal
+  const char* call;  ///< named by a refusal
   const StreamRef* stream = nullptr;
   CUgraph graph = nullptr;
   CUcontext context_ = nullptr;

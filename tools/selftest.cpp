@@ -21,6 +21,7 @@
 #include "custream/capture_scope.hpp"
 #include "custream/custream.hpp"
 #include "custream/graph.hpp"
+#include "custream/graph_builder.hpp"
 #include "custream/kernel.hpp"
 #include "custream/module.hpp"
 #include "custream/testing.hpp"
@@ -435,6 +436,32 @@ struct DeviceChecks {
       expect(host_runs->load() - before == 2020,
              "host nodes added " + std::to_string(host_runs->load() - before) + ", not 2020");
     });
+
+    row(t, d, std::string("built graph (GraphBuilder: ") + (set_value.handle() ? "kernel" : "memset") +
+                  " -> host)",
+        [&] {
+          need_stream();
+          if (custream::testing::driver().cuGraphAddNode == nullptr) {
+            throw Skip{"graph builders need a CUDA 12.3 driver (cuGraphAddNode)"};
+          }
+          auto runs = host_runs;
+          const int before = runs->load();
+          custream::GraphBuilder b(device.primary_context());
+          const custream::GraphNode work =
+              set_value.handle()
+                  ? b.add_kernel({}, set_value, custream::LaunchConfig{{1}, {1}}, buffer.get(), 44)
+                  : b.add_memset({}, buffer.get(), std::uint32_t{44}, 1);
+          b.add_host(work, [runs] { runs->fetch_add(1); });
+          expect(b.node_count() == 2, "the graph has " + std::to_string(b.node_count()) + " nodes");
+          const custream::Graph g = b.instantiate();
+          g.launch(stream);
+          g.launch(stream);
+          wait_idle(stream);
+          expect(runs->load() - before == 2,
+                 "the host node ran " + std::to_string(runs->load() - before) + " times, not 2");
+          const int v = read_int(stream, buffer.get());
+          expect(v == 44, "the built graph wrote " + std::to_string(v) + ", not 44");
+        });
 
     graph = custream::Graph();
   }

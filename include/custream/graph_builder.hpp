@@ -3,8 +3,6 @@
 /// events, child graphs, graph memory and conditional nodes — then instantiated as a Graph.
 #pragma once
 
-#include "custream/detail/cuda.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,6 +11,7 @@
 
 #include "custream/conditional_handle.hpp"
 #include "custream/context.hpp"
+#include "custream/detail/cuda.hpp"
 #include "custream/detail/host_task.hpp"
 #include "custream/detail/shared.hpp"
 #include "custream/graph.hpp"
@@ -47,9 +46,8 @@ struct GraphAllocation {
 /// @code
 /// custream::GraphBuilder b(context);
 /// auto fill = b.add_memset({}, buffer.get(), std::uint32_t{7}, n);
-/// auto step = b.add_kernel(fill, kernel, custream::LaunchConfig{{blocks}, {256}}, buffer.get(), n);
-/// b.add_host(step, [counter] { ++*counter; });
-/// custream::Graph g = b.instantiate();
+/// auto step = b.add_kernel(fill, kernel, custream::LaunchConfig{{blocks}, {256}}, buffer.get(),
+/// n); b.add_host(step, [counter] { ++*counter; }); custream::Graph g = b.instantiate();
 /// g.launch(stream);
 /// @endcode
 ///
@@ -90,12 +88,7 @@ class GraphBuilder {
   template <typename... Args>
   GraphNode add_kernel(GraphDependencies after, const Kernel& kernel, const LaunchConfig& config,
                        const Args&... args) {
-    static_assert((std::is_trivially_copyable_v<Args> && ...),
-                  "kernel arguments are copied bytewise: they must be trivially copyable");
-    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
-                                         nullptr};
-    static constexpr std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
-    return add_kernel_node(after, kernel, config, params, sizes, sizeof...(Args));
+    return add_typed_kernel(after, kernel, config, args...);
   }
   /// A kernel node of a library's kernel (its function in the builder's context). Checked as
   /// add_kernel(…, const Kernel&, …); the library stays loaded while the graph, a Graph made
@@ -104,12 +97,7 @@ class GraphBuilder {
   template <typename... Args>
   GraphNode add_kernel(GraphDependencies after, const LibraryKernel& kernel,
                        const LaunchConfig& config, const Args&... args) {
-    static_assert((std::is_trivially_copyable_v<Args> && ...),
-                  "kernel arguments are copied bytewise: they must be trivially copyable");
-    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
-                                         nullptr};
-    static constexpr std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
-    return add_kernel_node(after, kernel, config, params, sizes, sizeof...(Args));
+    return add_typed_kernel(after, kernel, config, args...);
   }
   /// A memset node: `count` elements of `value` at `dst` (device memory); T is 1, 2 or 4 bytes
   /// (std::uint8_t, std::uint16_t, std::uint32_t, or another integer of that size).
@@ -118,7 +106,8 @@ class GraphBuilder {
   GraphNode add_memset(GraphDependencies after, CUdeviceptr dst, T value, std::size_t count) {
     static_assert(std::is_integral_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4),
                   "a memset node sets 1-, 2- or 4-byte integers");
-    return add_memset_node(after, dst, static_cast<unsigned>(static_cast<std::make_unsigned_t<T>>(value)),
+    return add_memset_node(after, dst,
+                           static_cast<unsigned>(static_cast<std::make_unsigned_t<T>>(value)),
                            static_cast<unsigned>(sizeof(T)), count);
   }
   /// A memcpy node copying `bytes` from `src` to `dst`, both device memory.
@@ -146,8 +135,8 @@ class GraphBuilder {
   template <typename F, typename = detail::enable_if_host_function<F>>
   GraphNode add_host(GraphDependencies after, F&& callable) {
     check_add(after, "custream::GraphBuilder::add_host");
-    return add_host_task(after, new detail::HostFunctionTask<std::decay_t<F>>(
-                                    std::forward<F>(callable)));
+    return add_host_task(after,
+                         new detail::HostFunctionTask<std::decay_t<F>>(std::forward<F>(callable)));
   }
   /// An event record node: records `event` when it runs. The builder keeps a copy of `event`
   /// (the CUevent lives as long as the builder and every Graph made from it).
@@ -192,8 +181,7 @@ class GraphBuilder {
   /// A WHILE node over `condition`.
   ConditionalNode add_while(GraphDependencies after, ConditionalHandle condition);
   /// A SWITCH node over `condition` with `cases` bodies.
-  ConditionalNode add_switch(GraphDependencies after, ConditionalHandle condition,
-                             unsigned cases);
+  ConditionalNode add_switch(GraphDependencies after, ConditionalHandle condition, unsigned cases);
   /// A kernel node shipped with custream that sets `condition` to the 32-bit value at `value`
   /// (device memory) when it runs: drives a condition from the device without device-runtime
   /// code of the user's.
@@ -251,6 +239,18 @@ class GraphBuilder {
                             std::size_t count);
   GraphNode add_memset_node(GraphDependencies after, CUdeviceptr dst, unsigned value,
                             unsigned element_size, std::size_t count);
+  /// The typed add_kernel of either kind of kernel: the argument array and sizes, then
+  /// add_kernel_node.
+  template <typename K, typename... Args>
+  GraphNode add_typed_kernel(GraphDependencies after, const K& kernel, const LaunchConfig& config,
+                             const Args&... args) {
+    static_assert((std::is_trivially_copyable_v<Args> && ...),
+                  "kernel arguments are copied bytewise: they must be trivially copyable");
+    void* params[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))...,
+                                         nullptr};
+    static constexpr std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
+    return add_kernel_node(after, kernel, config, params, sizes, sizeof...(Args));
+  }
   /// Owns `task` (checked dependencies): gives it to the graph, then adds its node.
   GraphNode add_host_task(GraphDependencies after, detail::HostTask* task);
   GraphNode add_event_node(GraphDependencies after, const Event& event, bool record);

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/device.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
-#include "context.hpp"
 #include "driver.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
@@ -78,9 +78,7 @@ GraphBuilder::GraphBuilder(const Context& context) {
   owner_ = std::move(shared);
 }
 
-GraphBuilder GraphBuilder::create() {
-  return GraphBuilder(Device::current().primary_context());
-}
+GraphBuilder GraphBuilder::create() { return GraphBuilder(Device::current().primary_context()); }
 
 GraphBuilder::GraphBuilder(CUgraph graph, detail::Shared<detail::BuilderOwner> owner) noexcept
     : graph_(graph), owner_(std::move(owner)) {}
@@ -109,8 +107,8 @@ namespace {
   if (owner.owns(node.graph())) {
     why += std::string("another graph of this builder (") +
            (root ? "a conditional body's node as a dependency of a root node"
-                 : node.graph() == owner.root() ? "a root node as a dependency of a body's node"
-                                                : "another body's node") +
+            : node.graph() == owner.root() ? "a root node as a dependency of a body's node"
+                                           : "another body's node") +
            "): a node depends only on nodes of its own graph";
   } else {
     why += "not this builder's: a node depends only on nodes of its own builder's graph";
@@ -158,8 +156,7 @@ GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& par
 Graph GraphBuilder::instantiate(InstantiateFlags flags, StreamRef upload_stream) const {
   if (graph_ == nullptr) detail::refuse_empty_builder("custream::GraphBuilder::instantiate");
   if (is_body()) {
-    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, "custream::GraphBuilder::instantiate",
-                           graph_,
+    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, "custream::GraphBuilder::instantiate", graph_,
                            "the builder is a conditional body's: instantiate the root builder");
   }
   return Graph::from_builder(owner_, flags, upload_stream);

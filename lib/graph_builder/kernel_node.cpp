@@ -25,26 +25,37 @@ namespace {
 
 constexpr const char* kCall = "custream::GraphBuilder::add_kernel";
 
-// The kernel node of `function` with `config`, refusing what a graph expresses otherwise.
-CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction function,
-                                const LaunchConfig& config, void** params,
-                                const std::string& name, CUlaunchAttribute (&attributes)[6],
-                                unsigned* count) {
-  const std::string what = name.empty() ? "kernel " + detail::pointer_text(function)
-                                        : "kernel \"" + name + "\"";
+// Refuses `config` for a kernel node: more shared memory than 32 bits say, or programmatic
+// dependent launch (a graph expresses it as an edge).
+[[noreturn, gnu::cold]] void refuse_config(const detail::LaunchSite& site, CUfunction function,
+                                           const LaunchConfig& config, const std::string& name) {
+  const std::string what =
+      name.empty() ? "kernel " + detail::pointer_text(function) : "kernel \"" + name + "\"";
   if (config.shared_bytes > detail::kMaxSharedBytes) {
     site.refuse(CUDA_ERROR_INVALID_VALUE,
                 what + ": " + std::to_string(config.shared_bytes) +
                     " bytes of dynamic shared memory exceed the driver's 32 bits (custream "
                     "refused it without calling the driver; the builder is unchanged)");
   }
-  if (config.programmatic_serialization || config.programmatic_event) {
-    site.refuse(CUDA_ERROR_NOT_SUPPORTED,
-                what + ": programmatic dependent launch is not a kernel node attribute (a graph "
-                       "expresses it as a programmatic edge); custream refused it without "
-                       "calling the driver; the builder is unchanged");
+  site.refuse(CUDA_ERROR_NOT_SUPPORTED,
+              what +
+                  ": programmatic dependent launch is not a kernel node attribute (a graph "
+                  "expresses it as a programmatic edge); custream refused it without calling "
+                  "the driver; the builder is unchanged");
+}
+
+// The kernel node of `function` with `config`, refusing what a graph expresses otherwise.
+CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction function,
+                                const LaunchConfig& config, void** params, const std::string& name,
+                                CUlaunchAttribute (&attributes)[6], unsigned* count) {
+  if (config.shared_bytes > detail::kMaxSharedBytes || config.programmatic_serialization ||
+      config.programmatic_event) {
+    refuse_config(site, function, config, name);  // cold: no text is built otherwise
   }
   *count = detail::launch_attributes(site, function, config, name, attributes);
+  if (*count > 0) {  // a driver without it: refused before the node is added
+    (void)detail::entry<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::api());
+  }
   CUgraphNodeParams p{};
   p.type = CU_GRAPH_NODE_TYPE_KERNEL;
   p.kernel.func = function;
@@ -62,8 +73,8 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
 void set_attributes(CUgraphNode node, CUgraph graph, const CUlaunchAttribute* attributes,
                     unsigned count) {
   for (unsigned i = 0; i < count; ++i) {
-    detail::call<&DriverApi::cuGraphKernelNodeSetAttribute>(
-        detail::graph_subject(graph), node, attributes[i].id, &attributes[i].value);
+    detail::call<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::graph_subject(graph), node,
+                                                            attributes[i].id, &attributes[i].value);
   }
 }
 
@@ -81,12 +92,11 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   }
   const CUcontext context = owner.context.handle();
   if (kernel.module_.context() != context) {  // invariant B9
-    detail::refuse_builder(CUDA_ERROR_INVALID_CONTEXT, kCall, graph_,
-                           "kernel " + detail::pointer_text(kernel.function_) +
-                               ": its module was loaded in context " +
-                               detail::pointer_text(kernel.module_.context()) +
-                               ", the builder's nodes run in " + owner.context.to_string() +
-                               ": load the module into the builder's context");
+    detail::refuse_builder(
+        CUDA_ERROR_INVALID_CONTEXT, kCall, graph_,
+        "kernel " + detail::pointer_text(kernel.function_) + ": its module was loaded in context " +
+            detail::pointer_text(kernel.module_.context()) + ", the builder's nodes run in " +
+            owner.context.to_string() + ": load the module into the builder's context");
   }
   const detail::LaunchSite site{kCall, nullptr, graph_, context, owner.context.device_id()};
   if (detail::KernelParams* kp = kernel.params_) {  // the check of a typed launch (6)
@@ -101,8 +111,9 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   CUlaunchAttribute attributes[6];
   unsigned n = 0;
   CUgraphNodeParams p = kernel_params(site, kernel.function_, config, params, {}, attributes, &n);
-  const bool known = std::any_of(owner.modules.begin(), owner.modules.end(),
-                                 [&](const Module& m) { return m.handle() == kernel.module_.handle(); });
+  const bool known = std::any_of(owner.modules.begin(), owner.modules.end(), [&](const Module& m) {
+    return m.handle() == kernel.module_.handle();
+  });
   if (!known) owner.modules.reserve(owner.modules.size() + 1);
   const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
   if (!known) owner.modules.push_back(kernel.module_);  // reserved: no throw (B3)

@@ -32,6 +32,11 @@ GraphNode GraphBuilder::add_memset_node(GraphDependencies after, CUdeviceptr dst
 
 GraphNode GraphBuilder::add_copy(GraphDependencies after, const CUDA_MEMCPY3D& copy,
                                  const char* call) {
+  if (graph_ != nullptr &&
+      ((copy.srcMemoryType == CU_MEMORYTYPE_HOST && copy.srcHost == nullptr) ||
+       (copy.dstMemoryType == CU_MEMORYTYPE_HOST && copy.dstHost == nullptr))) {
+    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_, "the host memory is null");
+  }
   CUgraphNodeParams p{};
   p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
   p.memcpy.copyCtx = owner_ ? owner_.get()->context.handle() : nullptr;
@@ -62,30 +67,22 @@ GraphNode GraphBuilder::add_memcpy(GraphDependencies after, CUdeviceptr dst, CUd
 
 GraphNode GraphBuilder::add_copy_to_device(GraphDependencies after, CUdeviceptr dst,
                                            const void* src, std::size_t bytes) {
-  static constexpr const char* call = "custream::GraphBuilder::add_copy_to_device";
-  if (src == nullptr && graph_ != nullptr) {
-    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_, "the host source is null");
-  }
   CUDA_MEMCPY3D c = one_row(bytes);
   c.srcMemoryType = CU_MEMORYTYPE_HOST;
   c.srcHost = src;
   c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   c.dstDevice = dst;
-  return add_copy(after, c, call);
+  return add_copy(after, c, "custream::GraphBuilder::add_copy_to_device");
 }
 
 GraphNode GraphBuilder::add_copy_to_host(GraphDependencies after, void* dst, CUdeviceptr src,
                                          std::size_t bytes) {
-  static constexpr const char* call = "custream::GraphBuilder::add_copy_to_host";
-  if (dst == nullptr && graph_ != nullptr) {
-    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_, "the host destination is null");
-  }
   CUDA_MEMCPY3D c = one_row(bytes);
   c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   c.srcDevice = src;
   c.dstMemoryType = CU_MEMORYTYPE_HOST;
   c.dstHost = dst;
-  return add_copy(after, c, call);
+  return add_copy(after, c, "custream::GraphBuilder::add_copy_to_host");
 }
 
 GraphNode GraphBuilder::add_empty(GraphDependencies after) {
@@ -116,8 +113,8 @@ GraphNode GraphBuilder::add_event_node(GraphDependencies after, const Event& eve
     p.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
     p.eventWait.event = event.handle();
   }
-  const GraphNode node = add_node(
-      after, p, record ? GraphNodeKind::event_record : GraphNodeKind::event_wait, call);
+  const GraphNode node =
+      add_node(after, p, record ? GraphNodeKind::event_record : GraphNodeKind::event_wait, call);
   if (!known) owner.events.push_back(event);  // reserved: no throw
   return node;
 }
@@ -204,15 +201,16 @@ GraphNode GraphBuilder::add_free(GraphDependencies after, CUdeviceptr address) {
   const std::string what = "address " + detail::pointer_text(reinterpret_cast<void*>(address));
   if (find_address(owner.allocated, address) == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_,
-                           what + " was not allocated by an add_alloc of this builder: a free "
-                                  "node frees only its own graph's allocations");
+                           what +
+                               " was not allocated by an add_alloc of this builder: a free "
+                               "node frees only its own graph's allocations");
   }
   if (const auto* freed = find_address(owner.freed, address)) {
-    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_,
-                           what + " is already freed by " +
-                               detail::node_text(GraphNode(freed->second, graph_,
-                                                           GraphNodeKind::mem_free)) +
-                               ": an allocation is freed once");
+    detail::refuse_builder(
+        CUDA_ERROR_INVALID_VALUE, call, graph_,
+        what + " is already freed by " +
+            detail::node_text(GraphNode(freed->second, graph_, GraphNodeKind::mem_free)) +
+            ": an allocation is freed once");
   }
   owner.freed.reserve(owner.freed.size() + 1);
   CUgraphNodeParams p{};

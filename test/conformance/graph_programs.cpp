@@ -421,7 +421,7 @@ TEST_CASE(
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
   ProgramModule mod;
-  DeviceBuffer a(sizeof(int));
+  DeviceBuffer a(sizeof(int)), b(sizeof(int));
   GraphHandle g, child;
   add(child.g, {}, memset_params(a.p, 1, 1, scope.ctx()));
   auto h = make_handle(g.g, scope.ctx(), 1);
@@ -434,7 +434,7 @@ TEST_CASE(
   empty.type = CU_GRAPH_NODE_TYPE_EMPTY;
   add(body, {}, empty);
   add(body, {}, memset_params(a.p, 2, 1, scope.ctx()));
-  add(body, {}, memcpy_params(a.p, a.p, sizeof(int), scope.ctx()));
+  add(body, {}, memcpy_params(b.p, a.p, sizeof(int), scope.ctx()));
   CUgraphNodeParams p{};
   p.type = CU_GRAPH_NODE_TYPE_GRAPH;
   p.graph.graph = child.g;
