@@ -335,6 +335,14 @@ void destroy_graph(Graph* g) {
   }
   for (auto it = s.cond_handles.begin(); it != s.cond_handles.end();)
     it = it->second.graph == g ? s.cond_handles.erase(it) : std::next(it);
+  // A capture into it (cuStreamBeginCaptureToGraph) loses its graph: invalidated, it adds
+  // nothing more and ends with nothing to answer.
+  for (const auto& cap : s.captures) {
+    if (cap->into_graph && cap->graph == g) {
+      invalidate(cap.get());
+      cap->graph = nullptr;
+    }
+  }
   s.graphs.erase(g);
   delete g;  // releases the graph's user-object references
 }

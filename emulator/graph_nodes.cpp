@@ -238,6 +238,39 @@ CUresult node_get_dependencies(CUgraphNode h, CUgraphNode* deps, CUgraphEdgeData
   return CUDA_SUCCESS;
 }
 
+// Nodes that depend on h, in creation order (the same rules as node_get_dependencies).
+CUresult node_get_dependents(CUgraphNode h, CUgraphNode* out, CUgraphEdgeData* edges, size_t* num) {
+  if (!num) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(state().mu);
+  Node* n = as_node(h);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Node*> dependents;
+  for (const auto& m : n->graph->nodes)
+    if (std::find(m->deps.begin(), m->deps.end(), n) != m->deps.end())
+      dependents.push_back(m.get());
+  if (out) {
+    for (size_t i = 0; i < *num; ++i) {
+      out[i] = i < dependents.size() ? reinterpret_cast<CUgraphNode>(dependents[i]) : nullptr;
+      if (edges) edges[i] = CUgraphEdgeData{};
+    }
+    *num = std::min(*num, dependents.size());
+  } else {
+    *num = dependents.size();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_node_get_dependent_nodes_v1(CUgraphNode h, CUgraphNode* out, size_t* num) {
+  EMU_ENTER("cuGraphNodeGetDependentNodes");
+  return node_get_dependents(h, out, nullptr, num);
+}
+
+CUresult graph_node_get_dependent_nodes_v2(CUgraphNode h, CUgraphNode* out, CUgraphEdgeData* edges,
+                                           size_t* num) {
+  EMU_ENTER("cuGraphNodeGetDependentNodes");
+  return node_get_dependents(h, out, edges, num);
+}
+
 CUresult graph_node_get_dependencies_v1(CUgraphNode h, CUgraphNode* deps, size_t* num) {
   EMU_ENTER("cuGraphNodeGetDependencies");
   return node_get_dependencies(h, deps, nullptr, num);
@@ -484,6 +517,8 @@ void register_graph_node_entries(std::vector<Entry>& out) {
                  EMU_ENTRY(cuGraphChildGraphNodeGetGraph, 10000, graph_child_graph_node_get_graph),
                  EMU_ENTRY(cuGraphNodeGetDependencies, 10000, graph_node_get_dependencies_v1),
                  EMU_ENTRY(cuGraphNodeGetDependencies, 12030, graph_node_get_dependencies_v2),
+                 EMU_ENTRY(cuGraphNodeGetDependentNodes, 10000, graph_node_get_dependent_nodes_v1),
+                 EMU_ENTRY(cuGraphNodeGetDependentNodes, 12030, graph_node_get_dependent_nodes_v2),
                  EMU_ENTRY(cuGraphGetEdges, 10000, graph_get_edges_v1),
                  EMU_ENTRY(cuGraphGetEdges, 12030, graph_get_edges_v2),
                  EMU_ENTRY(cuGraphAddDependencies, 10000, graph_add_dependencies_v1),

@@ -144,6 +144,7 @@ using namespace std::chrono_literals;
   X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030)               \
   X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000)           \
   X(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 12030)                 \
+  X(cuGraphNodeGetDependentNodes, cuGraphNodeGetDependentNodes, 12030)             \
   X(cuGraphGetEdges, cuGraphGetEdges, 12030)                                       \
   X(cuGraphAddDependencies, cuGraphAddDependencies, 12030)                         \
   X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000)         \
