@@ -26,8 +26,10 @@ namespace custream {
 /// custream's own operations behave as in any capture: host functions become host nodes owned
 /// by the builder's graph (freed with it and every Graph made from it), libraries launched
 /// through a LibraryKernel are held by the builder. Into a conditional body, where the driver
-/// accepts no host node, a host function (or callback) is refused by custream with an Error
-/// naming the body and the rule (docs/guide.md, "Graphs as programs").
+/// accepts no host node, a host function or callback that custream checks (a callable,
+/// add_callback) is refused by custream with an Error naming the body and the rule; the raw
+/// and small noexcept forms reach the driver, which refuses them (docs/guide.md, "Graphs as
+/// programs").
 ///
 /// @code
 /// custream::ConditionalNode loop = builder.add_while({}, condition);
