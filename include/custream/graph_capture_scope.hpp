@@ -65,7 +65,8 @@ class GraphCaptureScope {
   /// GraphNodeKind::empty).
   /// @throws Error (CUDA_ERROR_ILLEGAL_STATE) when already ended; Error naming
   /// cuStreamEndCapture when the capture was invalidated (the stream has left capture mode;
-  /// the nodes captured before the invalidating call may stay in the graph).
+  /// the nodes captured before the invalidating call stay in the graph); Error naming a
+  /// driver query that failed after the end (the capture has ended then).
   std::vector<GraphNode> end();
 
   /// The stream being captured.
@@ -75,7 +76,11 @@ class GraphCaptureScope {
 
  private:
   void begin(GraphDependencies after, CaptureMode mode);
-  void finish() noexcept;  // after the capture ended: run-once nodes, libraries, NVTX
+  /// After the capture ended: the NVTX range, run-once nodes, libraries, the nodes' records.
+  /// @throws Error naming the failing driver call.
+  void settle();
+  /// settle(), its failure reported to the release-error handler. Never throws.
+  void settle_quietly() noexcept;
 
   Stream stream_;
   GraphBuilder into_;  // shares the builder's owner: the graph outlives the capture

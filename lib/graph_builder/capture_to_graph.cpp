@@ -187,24 +187,27 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
   const CaptureInfo info = capture_info(stream_);
   if (info.result != CUDA_SUCCESS) {  // no id to guard the end with: end the capture now
     (void)end_capture_into(stream_);
-    finish();
+    settle_quietly();
     detail::throw_stream_error(info.result, kGetCaptureInfo, stream_);
   }
   id_ = info.id;
   active_ = true;
 }
 
-void GraphCaptureScope::finish() noexcept {
+void GraphCaptureScope::settle() {
+  range_.end();                                                             // the capture has ended
+  if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
+  into_.owner_.get()->libraries.hold_since(epoch_);               // libraries.md, invariant 5
+  record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
+}
+
+void GraphCaptureScope::settle_quietly() noexcept {
   try {
-    if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
-    into_.owner_.get()->libraries.hold_since(epoch_);               // libraries.md, invariant 5
-    record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
-  } catch (const Error& e) {
-    detail::report_release_failure(e.result(), "custream::GraphCaptureScope", "graph",
-                                   into_.handle());
+    settle();
+  } catch (const Error& e) {  // reported under the failing call's name
+    detail::report_release_failure(e.result(), e.call().c_str(), "graph", into_.handle());
   } catch (...) {  // std::bad_alloc: the libraries stay held by their other owners
   }
-  range_.end();
 }
 
 GraphCaptureScope::~GraphCaptureScope() {
@@ -220,7 +223,7 @@ GraphCaptureScope::~GraphCaptureScope() {
       detail::report_release_failure(e.result(), kEndCapture, "stream", stream_.handle());
     }
   }
-  finish();
+  settle_quietly();
 }
 
 std::vector<GraphNode> GraphCaptureScope::end() {
@@ -234,20 +237,23 @@ std::vector<GraphNode> GraphCaptureScope::end() {
     sinks.push_back(GraphNode(sink.node, graph, sink.kind));
   }
   const CUresult r = end_capture_into(stream_);
+  if (r == CUDA_SUCCESS) {
+    active_ = false;
+    settle();  // throws what fails: the capture has ended either way
+    return sinks;
+  }
+  // Ask rather than assume, as CaptureScope::end: a refused end may have ended it or not.
   const CaptureInfo after = capture_info(stream_);
   active_ =
       after.result != CUDA_SUCCESS || (after.status != CaptureStatus::none && after.id == id_);
-  if (!active_) finish();
-  if (r != CUDA_SUCCESS) {
-    detail::throw_stream_error(r, kEndCapture, stream_,
-                               r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                   ? "the capture was invalidated by an earlier call (one the "
-                                     "driver refused, or a capture-unsafe one); the stream has "
-                                     "left capture mode, and the nodes captured before it stay "
-                                     "in the builder's graph"
-                                   : "");
-  }
-  return sinks;
+  if (!active_) settle_quietly();
+  detail::throw_stream_error(r, kEndCapture, stream_,
+                             r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                 ? "the capture was invalidated by an earlier call (one the "
+                                   "driver refused, or a capture-unsafe one); the stream has "
+                                   "left capture mode, and the nodes captured before it stay "
+                                   "in the builder's graph"
+                                 : "");
 }
 
 }  // namespace custream
