@@ -11,6 +11,8 @@ namespace custream {
 
 class GraphBuilder;
 class Graph;
+class ConditionalNode;
+class GraphCaptureScope;
 
 /// The kind of a graph node custream made.
 enum class GraphNodeKind : std::uint8_t {
@@ -27,13 +29,18 @@ enum class GraphNodeKind : std::uint8_t {
   conditional,   ///< IF, IF/ELSE, WHILE or SWITCH over a ConditionalHandle
 };
 
-/// "empty", "kernel", "memset", … (never null).
+/// The kind in words, as errors and GraphBuilder::dot() write it: "empty", "kernel", "memset",
+/// "memcpy", "host", "event record", "event wait", "child graph", "memory allocation", "memory
+/// free", "conditional" ("unknown" for a value outside the enum). Never null, never throws.
 const char* to_string(GraphNodeKind kind) noexcept;
 
 /// A node of a graph under construction: made by GraphBuilder's add_… functions, used as a
 /// dependency of later nodes of the same graph, and to update that node in a Graph
 /// instantiated from the builder (Graph::update_kernel, set_host, set_enabled, …). A view:
 /// it owns nothing, and is valid as long as the builder's graph (or a Graph made from it).
+/// Copies compare equal when they name the same CUgraphNode. A GraphNode of one builder (or of
+/// one graph of it: the root or a conditional body) is refused, before the driver is called,
+/// where a node of another is needed.
 class GraphNode {
  public:
   /// No node.
@@ -58,6 +65,7 @@ class GraphNode {
  private:
   friend class GraphBuilder;
   friend class Graph;
+  friend class ConditionalNode;
   friend class GraphCaptureScope;
   GraphNode(CUgraphNode node, CUgraph graph, GraphNodeKind kind) noexcept
       : node_(node), graph_(graph), kind_(kind) {}
