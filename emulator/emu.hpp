@@ -468,6 +468,11 @@ CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned ele
 /// A memcpy Work from a CUDA_MEMCPY3D: 1-D copies between host, device and unified memory;
 /// arrays and 2-D / 3-D copies CUDA_ERROR_NOT_SUPPORTED.
 CUresult memcpy_work(const CUDA_MEMCPY3D& c, Work* w);
+/// Whether p is the address of a memory-allocation node of a live graph or executable that no
+/// free node of its graph frees (graph_nodes.cpp; mu held): cuMemFree and cuMemFreeAsync may
+/// free it (cuda.h, cuGraphAddMemAllocNode), a no-op here since its memory lives with the
+/// graph and its executables (invariant 14).
+bool graph_allocation_freeable(CUdeviceptr p);
 /// A deep copy of g (its child graphs' and bodies' included) owned by `owner` (mu held).
 Graph* clone_graph(const Graph& g, Node* owner);
 /// Whether g may be embedded as a child graph (no conditional, allocation or free node, at

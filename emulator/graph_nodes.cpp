@@ -497,6 +497,44 @@ Graph* clone_graph(const Graph& g, Node* owner) {
   return c;
 }
 
+namespace {
+
+// 1: allocated and not freed in c (at any depth), 2: freed there, 0: neither.
+int allocation_in(const ExecCore& c, CUdeviceptr p) {
+  int found = 0;
+  for (const Work& w : c.works) {
+    if (w.type == CU_GRAPH_NODE_TYPE_MEM_FREE && w.dst == p) return 2;
+    if (w.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && w.dst == p) found = 1;
+    for (const auto& b : w.bodies) {
+      const int inner = allocation_in(*b, p);
+      if (inner == 2) return 2;
+      found = std::max(found, inner);
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+bool graph_allocation_freeable(CUdeviceptr p) {
+  State& s = state();
+  for (const void* h : s.graphs) {
+    const auto* g = static_cast<const Graph*>(h);
+    if (g->owner) continue;  // its root graph answers
+    bool allocated = false, freed = false;
+    each_node(*g, [&](const Node& n) {
+      if (n.work.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && n.work.dst == p) allocated = true;
+      if (n.work.type == CU_GRAPH_NODE_TYPE_MEM_FREE && n.work.dst == p) freed = true;
+    });
+    if (allocated) return !freed;
+  }
+  for (const void* h : s.execs) {
+    const auto* e = static_cast<const GraphExec*>(h);
+    if (const int found = allocation_in(*e->core, p)) return found == 1;
+  }
+  return false;
+}
+
 CUresult check_child_graph(const Graph& g) {
   CUresult r = CUDA_SUCCESS;
   each_node(g, [&](const Node& n) {

@@ -50,7 +50,8 @@ CUresult mem_free(CUdeviceptr p) {
   State& s = state();
   std::unique_lock<std::mutex> lk(s.mu);
   auto it = s.allocations.find(p);
-  if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == s.allocations.end())
+    return graph_allocation_freeable(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   s.allocations.erase(it);
   s.live.fetch_sub(1);
   wait_outstanding_work(lk);
@@ -88,7 +89,8 @@ CUresult mem_free_async(CUdeviceptr p, CUstream h) {
   if (CUresult r = resolve_stream(h, &st)) return r;
   if (st->capture) return CUDA_ERROR_NOT_SUPPORTED;
   auto it = s.allocations.find(p);
-  if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == s.allocations.end())
+    return graph_allocation_freeable(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   Work w;
   w.type = CU_GRAPH_NODE_TYPE_EMPTY;
   w.dst = p;

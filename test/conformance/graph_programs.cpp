@@ -220,6 +220,28 @@ TEST_CASE("memory nodes: a fixed address, used between allocation and free", "[c
   CHECK(read_ints(out.p, 4, s.s) == std::vector<int>{5, 5, 5, 5});
 }
 
+TEST_CASE("an allocation its graph does not free is freed with cuMemFreeAsync after the launch",
+          "[conformance]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  GraphHandle g;
+  CUgraphNodeParams alloc{};
+  alloc.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  alloc.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  alloc.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  alloc.alloc.bytesize = 2 * sizeof(int);
+  CUgraphNode a = nullptr;
+  CU_OK(try_add(&a, g.g, {}, &alloc));
+  const CUdeviceptr dptr = alloc.alloc.dptr;
+  add(g.g, {a}, memset_params(dptr, 3, 2, scope.ctx()));
+  ExecHandle e(g.g);
+  CU_OK(api().cuGraphLaunch(e.e, s.s));
+  CHECK(read_ints(dptr, 2, s.s) == std::vector<int>{3, 3});  // usable after the launch
+  CU_OK(api().cuMemFreeAsync(dptr, s.s));
+  CU_OK(api().cuStreamSynchronize(s.s));
+}
+
 TEST_CASE("conditional IF and IF/ELSE nodes run by their default values", "[conformance]") {
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
