@@ -27,6 +27,12 @@ void add_graph_cases(std::vector<Case>& cases);
 /// GraphBuilder's add path: 1,000 kernel (or memset) nodes against the raw cuGraphAddNode loop.
 void add_graph_builder_cases(std::vector<Case>& cases);
 
+/// Graphs as programs: instantiate + first launch and launch of a graph with conditional nodes
+/// against the raw driver on the same CUgraph, and a loop of 1,000 iterations decided on the
+/// device (a WHILE node) against host loops (docs/performance.md). Device 0; needs kernels and
+/// custream's set-condition kernel (skipped, saying why, without them).
+void add_graph_program_cases(std::vector<Case>& cases);
+
 /// Stream operations on streams of a created and a green context (that context current, and
 /// the primary one), wrapping a green-context stream, and a stream scope that switches the
 /// context (docs/performance.md). Device 0. Declares the cases only; the green rows are

@@ -330,6 +330,7 @@ std::vector<Case> all_cases() {
   add_stream_cases(cases);
   add_graph_cases(cases);
   add_graph_builder_cases(cases);
+  add_graph_program_cases(cases);
   add_context_cases(cases);
   add_library_cases(cases);
   add_completion_cases(cases);

@@ -15,6 +15,7 @@
 #include "custream/host_function.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "driver.hpp"
+#include "graph_builder/conditional.hpp"
 #include "handler_slot.hpp"
 #include "support/task_ptr.hpp"
 
@@ -146,6 +147,7 @@ void enqueue_in_state(const DriverApi& api, StreamRef s, HostTaskPtr task, TaskK
     if (r != CUDA_SUCCESS) detail::throw_stream_error(r, call, s);
     (void)task.release();  // the trampoline frees it after running it
   } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    detail::check_capture_accepts_host(graph, s, call);  // a conditional body: no host node
     launch_captured(s, std::move(task), graph);
   } else {
     refuse_invalidated(call, s);

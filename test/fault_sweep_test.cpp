@@ -73,6 +73,8 @@
 #include "custream/external_stream.hpp"
 #include "custream/graph.hpp"
 #include "custream/graph_builder.hpp"
+#include "custream/graph_capture_scope.hpp"
+#include "graph_builder/set_condition.hpp"
 #include "custream/host_function.hpp"
 #include "custream/kernel.hpp"
 #include "custream/launch_config.hpp"
@@ -856,6 +858,37 @@ std::vector<Operation> operations() {
     s.synchronize();
     expect(host[0] == 3, "the word the built graph copied back");
   });
+  add("graphs: conditional nodes (a WHILE body captured from a stream, a set-condition node, "
+      "an IF body with nested child graphs), instantiated and launched",
+      [] {
+        Stream s(custream::StreamFlags::non_blocking);
+        custream::DeviceBuffer b(64);
+        custream::GraphBuilder g = custream::GraphBuilder::create();
+        const custream::ConditionalHandle more = g.add_condition(1, true);
+        const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{0}, 16);
+        custream::GraphBuilder body = g.add_while(fill, more).body();
+        std::vector<custream::GraphNode> last;
+        {
+          custream::GraphCaptureScope capture(s, body);
+          s.memset32(b.get(), 0, 16);
+          last = capture.end();
+        }
+        // The word is 0: the loop runs once (without the kernel, the default ends it at once).
+        if (custream::detail::have_set_condition_kernel()) {
+          body.add_set_condition(last, more, b.get());
+        }
+        custream::ConditionalNode branch = g.add_if({}, g.add_condition(0));
+        custream::GraphBuilder inner = custream::GraphBuilder::create();
+        {
+          custream::GraphBuilder innermost = custream::GraphBuilder::create();
+          innermost.add_empty({});
+          inner.add_child({}, innermost);
+        }
+        branch.body().add_child({}, inner);  // its nodes checked for the body (nested child)
+        custream::Graph exec = g.instantiate();
+        exec.launch(s);
+        s.synchronize();
+      });
   add("graphs: adopt and wrap a foreign capture, launch on the current stream", [] {
     Stream s(
         custream::StreamFlags::none);  // blocking: ordered with the null stream, the current one

@@ -255,6 +255,11 @@ class GraphBuilder {
   GraphNode add_host_task(GraphDependencies after, detail::HostTask* task);
   GraphNode add_event_node(GraphDependencies after, const Event& event, bool record);
   GraphNode add_copy(GraphDependencies after, const CUDA_MEMCPY3D& copy, const char* call);
+  /// Adds a conditional node of `type` with `size` bodies and registers its bodies
+  /// (lib/graph_builder/conditional.cpp). @throws Error naming `call`.
+  ConditionalNode add_conditional_node(GraphDependencies after, const ConditionalHandle& condition,
+                                       CUgraphConditionalNodeType type, unsigned size,
+                                       const char* call);
 
   detail::MovedFrom<CUgraph> graph_;
   detail::Shared<detail::BuilderOwner> owner_;

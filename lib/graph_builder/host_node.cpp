@@ -8,6 +8,7 @@
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
 #include "host_function.hpp"
+#include "conditional.hpp"
 #include "owner.hpp"
 
 namespace custream {
@@ -20,6 +21,7 @@ GraphNode GraphBuilder::add_host_task(GraphDependencies after, detail::HostTask*
   static constexpr const char* call = "custream::GraphBuilder::add_host";
   check_add(after, call);
   detail::BuilderOwner& owner = *owner_.get();
+  detail::check_body_accepts(owner, graph_, GraphNodeKind::host);  // conditional.hpp
   owner.objects.reserve(owner.objects.size() + 1);
   task->captured = true;  // replayed: its errors say "graph replay"
   // The root graph owns the payload from here on (also when adding the node fails: it is then

@@ -13,6 +13,7 @@
 #include "launch.hpp"
 #include "library.hpp"
 #include "module.hpp"
+#include "conditional.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -83,6 +84,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
   check_add(after, kCall);
+  detail::check_body_context(graph_, kernel.module_.context(), kCall);  // conditional.hpp
   detail::BuilderOwner& owner = *owner_.get();
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,

@@ -9,6 +9,7 @@
 #include "custream/event.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
+#include "conditional.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -94,6 +95,8 @@ GraphNode GraphBuilder::add_event_node(GraphDependencies after, const Event& eve
   const char* call = record ? "custream::GraphBuilder::add_event_record"
                             : "custream::GraphBuilder::add_event_wait";
   check_add(after, call);
+  detail::check_body_accepts(*owner_.get(), graph_,  // conditional.hpp
+                             record ? GraphNodeKind::event_record : GraphNodeKind::event_wait);
   if (event.handle() == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, call, graph_,
                            "the Event is empty (default-constructed or moved from)");
@@ -145,6 +148,7 @@ GraphNode GraphBuilder::add_child(GraphDependencies after, const GraphBuilder& c
                                ", this builder's in " + owner.context.to_string() +
                                ": a graph runs in one context");
   }
+  detail::check_body_accepts_child(owner, graph_, child.graph_);  // conditional.hpp
   // What the child's nodes own stays as long as this graph and its executables (invariant B4):
   // the root holds the child's host payloads too, and this owner the child's owner.
   owner.children.reserve(owner.children.size() + 1);
@@ -166,6 +170,7 @@ GraphAllocation GraphBuilder::add_alloc(GraphDependencies after, std::size_t byt
   static constexpr const char* call = "custream::GraphBuilder::add_alloc";
   check_add(after, call);
   detail::BuilderOwner& owner = *owner_.get();
+  detail::check_body_accepts(owner, graph_, GraphNodeKind::mem_alloc);  // conditional.hpp
   owner.allocated.reserve(owner.allocated.size() + 1);
   CUgraphNodeParams p{};
   p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
@@ -192,6 +197,7 @@ GraphNode GraphBuilder::add_free(GraphDependencies after, CUdeviceptr address) {
   static constexpr const char* call = "custream::GraphBuilder::add_free";
   check_add(after, call);
   detail::BuilderOwner& owner = *owner_.get();
+  detail::check_body_accepts(owner, graph_, GraphNodeKind::mem_free);  // conditional.hpp
   const std::string what = "address " + detail::pointer_text(reinterpret_cast<void*>(address));
   if (find_address(owner.allocated, address) == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_,

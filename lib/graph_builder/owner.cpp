@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "conditional.hpp"
 #include "driver.hpp"
 
 namespace custream::detail {
@@ -12,7 +13,10 @@ BuilderOwner::~BuilderOwner() {
   // The root (and with it its bodies, and its references to host payloads' user objects: an
   // executable instantiated from it holds its own, invariant B2). Then the members: the
   // children's owners, events, modules, libraries and the context.
-  if (CUgraph g = root(); g != nullptr) release_call<&DriverApi::cuGraphDestroy>("graph", g, g);
+  if (CUgraph g = root(); g != nullptr) {
+    forget_bodies_of(g);  // its conditional bodies go with it (conditional.hpp)
+    release_call<&DriverApi::cuGraphDestroy>("graph", g, g);
+  }
 }
 template struct Refs<BuilderOwner>;
 

@@ -131,26 +131,31 @@
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                        \
     cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, false)                           \
   X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, false)           \
-  /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */  \
+  /* graphs as programs (GraphBuilder): every node through cuGraphAddNode, CUDA 12.3 */ \
   X(cuGraphAddNode, cuGraphAddNode, 12030, false)                                       \
   X(cuGraphAddDependencies, cuGraphAddDependencies, 10000, false)                       \
-  X(cuGraphKernelNodeSetAttribute, cuGraphKernelNodeSetAttribute, 11000, false)                 \
-  /* per-node updates (Graph::update_kernel, set_host, set_enabled, …; lib/graph/) */  \
-  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000, false)      \
-  X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020, false)      \
-  X(cuGraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, 10020, false)      \
-  X(cuGraphExecHostNodeSetParams, cuGraphExecHostNodeSetParams, 10020, false)          \
+  X(cuGraphKernelNodeSetAttribute, cuGraphKernelNodeSetAttribute, 11000, false)         \
+  /* per-node updates (Graph::update_kernel, set_host, set_enabled, …; lib/graph/) */   \
+  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 12000, false)       \
+  X(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020, false)       \
+  X(cuGraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, 10020, false)       \
+  X(cuGraphExecHostNodeSetParams, cuGraphExecHostNodeSetParams, 10020, false)           \
   X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams, 11010, false) \
-  X(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060, false)                        \
-  X(cuGraphNodeGetEnabled, cuGraphNodeGetEnabled, 11060, false)                        \
-  X(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams, 12000, false)              \
-  X(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030, false)  \
+  X(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060, false)                         \
+  X(cuGraphNodeGetEnabled, cuGraphNodeGetEnabled, 11060, false)                         \
+  X(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams, 12000, false)               \
+  X(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030, false)                   \
   /* typed memory */                                                                    \
   X(cuMemsetD16Async, cuMemsetD16Async, 3020, false)                                    \
   X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, false)                 \
   X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, false)                         \
   X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, false)                         \
-  X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, false)
+  X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, false)                                     \
+  /* conditional nodes (ABI 12.3: PFN_..._v12030; docs/design/graphs.md) */             \
+  X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate, 12030, false)       \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, false)             \
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, false)         \
+  X(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 10000, false)
 
 namespace custream::detail {
 
