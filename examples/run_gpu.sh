@@ -22,7 +22,8 @@ else
   meson configure "$build" -Dexamples=enabled >/dev/null || { echo "FAIL: meson configure"; exit 1; }
 fi
 ninja -C "$build" examples/custream-example-runtime-stream examples/custream-example-nvrtc-jit \
-  examples/custream-example-vector-add examples/custream-example-completion-epoll examples/custream-example-nccl-allreduce \
+  examples/custream-example-vector-add examples/custream-example-device-loop \
+  examples/custream-example-completion-epoll examples/custream-example-nccl-allreduce \
   examples/libcustream_embed.so >/dev/null || { echo "FAIL: building the examples"; exit 1; }
 
 # The real driver, not custream's emulator.
@@ -49,6 +50,8 @@ run "example 2: NVRTC JIT kernel loaded, launched, captured" \
   "${nvrtc_env[@]}" "$build/examples/custream-example-nvrtc-jit"
 run "example 6: vector add (Program, DeviceArray, every device)" \
   "${nvrtc_env[@]}" "$build/examples/custream-example-vector-add"
+run "example 7: a data-dependent loop on the device in one graph launch" \
+  "$build/examples/custream-example-device-loop"
 run "example 4: an epoll loop told when GPU work is done" \
   "$build/examples/custream-example-completion-epoll"
 # NCCL: $CUSTREAM_NCCL, else the system's, else the Python package's copy.

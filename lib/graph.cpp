@@ -1,5 +1,6 @@
 // custream::Graph: a CUgraph and its CUgraphExec as a shared value handle. Design:
 // docs/design/graphs.md.
+#include "error.hpp"
 #include "custream/graph.hpp"
 
 #include <stdlib.h>
@@ -143,7 +144,7 @@ std::string graph_text(CUgraph graph, CUgraphExec exec) {
 }
 
 [[noreturn, gnu::cold]] void refuse_empty(const char* call) {
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
+  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
               "the Graph holds no executable (default-constructed or moved from)");
 }
 
@@ -153,7 +154,7 @@ template <auto Field>
 void on_stream(CUgraphExec exec, StreamRef s, CUresult first, CUgraph graph) {
   std::optional<ContextScope> scope;
   CUresult r = first;
-  if (detail::retry_special(r, s.is_special(), scope)) r = (detail::api().*Field)(exec, s.handle());
+  if (detail::retry_special(r, s.is_special(), scope)) r = detail::try_call<Field>(exec, s.handle());
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, detail::EntryInfo<Field>::name, s, graph_text(graph, exec));
   }
@@ -197,7 +198,7 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
                   std::uint64_t libraries_since, bool keeper) {
   if (graph == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
   }
   Graph g;
   try {
@@ -213,7 +214,6 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
   g.owner_.get()->libraries.hold_since(libraries_since);  // libraries.md, invariant 5
 
-  const detail::Loaded& l = detail::loaded();
   CUcontext context = stream.context();  // invariant 3
   if (context == nullptr) {
     detail::call<&DriverApi::cuCtxGetCurrent>({}, &context);
@@ -227,7 +227,7 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   params.hUploadStream =
       (flags & InstantiateFlags::upload) != InstantiateFlags::none ? stream.handle() : nullptr;
   CUgraphExec exec = nullptr;
-  const CUresult r = l.api.cuGraphInstantiateWithParams(&exec, graph, &params);
+  const CUresult r = detail::try_call<&DriverApi::cuGraphInstantiateWithParams>(&exec, graph, &params);
   detail::drop_keeper_from_graph(g.owner_.get()->updates, graph);  // the executable's alone (U2)
   if (r != CUDA_SUCCESS || params.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
     if (r == CUDA_SUCCESS && exec != nullptr) {
@@ -294,7 +294,7 @@ Graph Graph::wrap(CUgraph graph, InstantiateFlags flags) {
 void Graph::launch() const { launch(current_stream()); }
 
 void Graph::launch(StreamRef stream) const {
-  if (exec_ == nullptr) refuse_empty("cuGraphLaunch");
+  if (exec_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphLaunch>::name);
   const CUresult r = detail::api().cuGraphLaunch(exec_, stream.handle());  // raw: hot path
   if (r != CUDA_SUCCESS) launch_failed(r, stream);
   // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
@@ -311,7 +311,7 @@ void Graph::launch(StreamRef stream, std::string_view range) const {
 
 void Graph::launch_failed(CUresult r, StreamRef stream) const {
   if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {  // invariant 4
-    detail::throw_stream_error(r, "cuGraphLaunch", stream,
+    detail::throw_stream_error(r, detail::EntryInfo<&DriverApi::cuGraphLaunch>::name, stream,
                                graph_text(graph_, exec_) +
                                    "; the driver does not capture graph launches: launch it "
                                    "after end_capture, or capture its work itself");
@@ -322,13 +322,13 @@ void Graph::launch_failed(CUresult r, StreamRef stream) const {
 void Graph::upload() const { upload(current_stream()); }
 
 void Graph::upload(StreamRef stream) const {
-  if (exec_ == nullptr) refuse_empty("cuGraphUpload");
-  const CUresult r = detail::api().cuGraphUpload(exec_, stream.handle());
+  if (exec_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphUpload>::name);
+  const CUresult r = detail::try_call<&DriverApi::cuGraphUpload>(exec_, stream.handle());
   if (r != CUDA_SUCCESS) on_stream<&DriverApi::cuGraphUpload>(exec_, stream, r, graph_);
 }
 
 void Graph::update(const Graph& newer) {
-  if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty("cuGraphExecUpdate");
+  if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
   detail::GraphOwner& o = *owner_.get();
   if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);     // invariant 5, inline
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
@@ -336,7 +336,7 @@ void Graph::update(const Graph& newer) {
 }
 
 void Graph::update_from_capture(StreamRef stream) {
-  if (exec_ == nullptr) refuse_empty("cuGraphExecUpdate");
+  if (exec_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
   const detail::CapturedGraph ended = detail::end_capture_graph(stream);
   struct Captured {  // destroyed after the update, also on failure (invariant 4)
     CUgraph graph;
@@ -355,7 +355,7 @@ std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
       std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/custream-graph-XXXXXX";
   const int fd = mkstemp(path.data());
   if (fd < 0) {
-    throw Error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
+    detail::throw_error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
                 "cannot create a temporary file in " + path);
   }
   ::close(fd);
@@ -373,12 +373,12 @@ std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
 }
 
 std::string Graph::dot(bool verbose) const {
-  if (graph_ == nullptr) refuse_empty("cuGraphDebugDotPrint");
+  if (graph_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphDebugDotPrint>::name);
   return detail::graph_dot(graph_, verbose, "custream::Graph::dot");
 }
 
 std::size_t Graph::node_count() const {
-  if (graph_ == nullptr) refuse_empty("cuGraphGetNodes");
+  if (graph_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphGetNodes>::name);
   std::size_t count = 0;
   detail::call<&DriverApi::cuGraphGetNodes>(detail::graph_subject(graph_),
                                             static_cast<CUgraph>(graph_),

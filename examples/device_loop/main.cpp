@@ -1,4 +1,4 @@
-// Example 6: a data-dependent loop that runs on the device, in one graph launch. The Collatz
+// Example 7: a data-dependent loop that runs on the device, in one graph launch. The Collatz
 // sequence of a number (n -> n/2 when even, 3n+1 when odd, until 1) takes a number of steps
 // no one knows in advance. The graph holds a WHILE node whose body is captured from ordinary
 // stream work (one kernel launch per step); custream's set-condition node ends each iteration by

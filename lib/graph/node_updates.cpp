@@ -149,14 +149,14 @@ Subject exec_subject(CUgraphExec exec) noexcept { return {Subject::What::executa
 [[noreturn, gnu::cold]] void refuse(const char* call, GraphNode node, CUgraph graph,
                                     CUgraphExec exec, const std::string& why,
                                     CUresult r = CUDA_ERROR_INVALID_VALUE) {
-  throw Error(r, call, node_text(node, graph, exec),
+  detail::throw_error(r, call, node_text(node, graph, exec),
               why +
                   " (custream refused the update without calling the driver; the executable "
                   "is unchanged)");
 }
 
 [[noreturn, gnu::cold]] void refuse_empty_graph(const char* call) {
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
+  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
               "the Graph holds no executable (default-constructed or moved from)");
 }
 

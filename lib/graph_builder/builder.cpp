@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "error.hpp"
 #include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/device.hpp"
@@ -53,12 +54,12 @@ std::string node_text(const GraphNode& node) {
 }
 
 void refuse_builder(CUresult result, const char* call, CUgraph graph, const std::string& why) {
-  throw Error(result, call, graph != nullptr ? "graph " + pointer_text(graph) : std::string(),
+  detail::throw_error(result, call, graph != nullptr ? "graph " + pointer_text(graph) : std::string(),
               why + " (custream refused it without calling the driver; the builder is unchanged)");
 }
 
 void refuse_empty_builder(const char* call) {
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::GraphBuilder",
+  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::GraphBuilder",
               "the builder holds no graph (default-constructed or moved from); custream refused "
               "it without calling the driver");
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "error.hpp"
 #include "conditional.hpp"
 #include "custream/capture.hpp"
 #include "custream/context_scope.hpp"
@@ -148,7 +149,7 @@ GraphCaptureScope::GraphCaptureScope(const Stream& stream, GraphBuilder& into,
 void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
   const CUgraph graph = into_.handle();
   if (graph == nullptr) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, kScope, "empty custream::GraphBuilder",
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, kScope, "empty custream::GraphBuilder",
                 "custream refused it without calling the driver: the GraphBuilder holds no "
                 "graph (default-constructed or moved from)");
   }
@@ -161,7 +162,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
   deps.reserve(after.size());
   for (const GraphNode& node : after) {
     if (node.graph() != graph) {
-      throw Error(CUDA_ERROR_INVALID_VALUE, kScope, "graph " + detail::pointer_text(graph),
+      detail::throw_error(CUDA_ERROR_INVALID_VALUE, kScope, "graph " + detail::pointer_text(graph),
                   "custream refused it without calling the driver: the dependency " +
                       detail::pointer_text(node.handle()) + " is a node of graph " +
                       detail::pointer_text(node.graph()) + ", not of the builder's");

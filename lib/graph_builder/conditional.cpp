@@ -7,6 +7,7 @@
 // body's GraphBuilder shares the root's BuilderOwner, so that the root outlives every builder of
 // its bodies. Every refusal is made before the driver is called: a refused add leaves the graph
 // as it was.
+#include "error.hpp"
 #include "conditional.hpp"
 
 #include <optional>
@@ -116,7 +117,7 @@ GraphBuilder ConditionalNode::body(std::size_t index) const {
   const std::vector<CUgraph> bodies =
       node_ ? detail::bodies_of(node_.handle()) : std::vector<CUgraph>();
   if (index >= bodies.size()) {
-    throw Error(CUDA_ERROR_INVALID_VALUE, call,
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, call,
                 node_ ? "conditional node " + detail::pointer_text(node_.handle())
                       : std::string("empty custream::ConditionalNode"),
                 "custream refused it: the node has " + std::to_string(bodies.size()) +

@@ -1,6 +1,6 @@
 // Conditional bodies and the rules for what goes into them: what the builder's add path, the
 // set-condition node, GraphCaptureScope and host functions need of conditional.cpp. Internal.
-// Design: docs/design/graphs.md, "Conditional nodes", invariants 1-3.
+// Design: docs/design/graphs.md, "Conditional nodes", C1-C3.
 //
 // Contract: every body graph a conditional node of a GraphBuilder gets from the driver is
 // registered here (register_bodies) with its root graph, until that root's BuilderOwner goes

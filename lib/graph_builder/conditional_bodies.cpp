@@ -1,6 +1,6 @@
 // Conditional bodies: the registry of the body graphs custream's conditional nodes got from the
 // driver, and the rules for what a body accepts (conditional.hpp). Design: docs/design/graphs.md,
-// "Conditional nodes", invariants 1-3.
+// "Conditional nodes", C1-C3.
 //
 // Contract: a body is registered with its root graph from its conditional node's creation until
 // the root's BuilderOwner forgets it (forget_bodies_of) before destroying the root. Every check
@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "error.hpp"
 #include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
@@ -97,7 +98,7 @@ constexpr const char* kBodyRule =
 
 [[noreturn, gnu::cold]] void refuse_in_body(const std::string& call, const BodyInfo& body,
                                             const std::string& what) {
-  throw Error(CUDA_ERROR_NOT_SUPPORTED, call, body_text(body),
+  detail::throw_error(CUDA_ERROR_NOT_SUPPORTED, call.c_str(), body_text(body),
               "custream refused it without calling the driver: " + what + "; " + kBodyRule);
 }
 
@@ -226,7 +227,7 @@ void check_body_accepts_child(const BuilderOwner& /*owner*/, CUgraph graph, CUgr
 void check_body_context(CUgraph graph, CUcontext context, const char* call) {
   const std::optional<BodyInfo> body = find_body(graph);
   if (!body || body->context == context) return;
-  throw Error(CUDA_ERROR_INVALID_CONTEXT, call, body_text(*body),
+  detail::throw_error(CUDA_ERROR_INVALID_CONTEXT, call, body_text(*body),
               "custream refused it without calling the driver: the kernel belongs to context " +
                   pointer_text(context) + ", the conditional node to context " +
                   pointer_text(body->context) +
@@ -264,7 +265,7 @@ void check_condition_of(const GraphBuilder& builder, const ConditionalHandle& co
     }
   }
   if (why.empty()) return;
-  throw Error(CUDA_ERROR_INVALID_VALUE, call, "graph " + pointer_text(graph),
+  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "graph " + pointer_text(graph),
               "custream refused it without calling the driver: " + why);
 }
 
@@ -273,7 +274,7 @@ void check_conditional_driver(int driver_version, CUgraphConditionalNodeType typ
   const bool needs_12_8 = type == CU_GRAPH_COND_TYPE_SWITCH || size == 2;
   const int needed = needs_12_8 ? 12080 : 12030;
   if (driver_version >= needed) return;
-  throw Error(
+  detail::throw_error(
       CUDA_ERROR_NOT_SUPPORTED, call, {},
       std::string("custream refused it without calling the driver: ") +
           conditional_name(type, size) + " nodes need a CUDA driver >= " + version_text(needed) +

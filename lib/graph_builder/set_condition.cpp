@@ -7,6 +7,7 @@
 // node is an ordinary kernel node of the builder (add_kernel with a LibraryKernel), so a body
 // accepts it and the builder holds its library like any other. The handle must belong to this
 // builder's graph or one of its bodies (conditional.cpp, check_condition_of).
+#include "error.hpp"
 #include "set_condition.hpp"
 
 #include <algorithm>
@@ -39,7 +40,7 @@ bool have_set_condition_kernel() noexcept { return kSetConditionImageBytes != 0;
 
 const LibraryKernel& set_condition_kernel(const char* call) {
   if (!have_set_condition_kernel()) {
-    throw Error(CUDA_ERROR_NOT_SUPPORTED, call, "custream's set-condition kernel",
+    detail::throw_error(CUDA_ERROR_NOT_SUPPORTED, call, "custream's set-condition kernel",
                 "custream refused it without calling the driver: this libcustream was built "
                 "without nvcc, so it carries no custream_set_condition kernel (it needs "
                 "device-runtime code, cudaGraphSetConditional, compiled and linked at build "

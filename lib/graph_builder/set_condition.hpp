@@ -1,6 +1,6 @@
 // custream's set-condition kernel (custream_set_condition, lib/graph_builder/device/): the
 // image embedded at build time and its loading. Internal. Design: docs/design/graphs.md,
-// "Conditional nodes", invariants 4 and 5.
+// "Conditional nodes", C4 and C5.
 //
 // Contract: set_condition_kernel() loads the embedded fatbin once per process as a Library
 // (the driver resolves its function in each context on first use), thread-safely, and keeps it
