@@ -16,6 +16,7 @@
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/event.hpp"
+#include "custream/graph_instantiate_error.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "custream/kernel.hpp"
 #include "custream/library.hpp"
@@ -501,4 +502,36 @@ TEST_CASE("graph builder: graph memory, events and DOT", "[graph-builder][gpu]")
         std::string::npos);
   CHECK(dot.find(" event record\n") != std::string::npos);
   CHECK(dot.rfind('}') > dot.find("custream: graph"));
+}
+
+TEST_CASE("graph builder: a graph instantiated for device launch runs; a host node refuses it",
+          "[graph-builder][gpu]") {
+  REQUIRE_ADD_NODE();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  constexpr std::size_t n = custream_test::kN;
+  DeviceBuffer a(n * 4), b(n * 4);
+  GraphBuilder g = GraphBuilder::create();
+  const GraphNode fill = g.add_memset({}, a.get(), std::uint32_t{0xD1CE}, n);
+  g.add_memcpy(fill, b.get(), a.get(), n * 4);
+  // Launchable from the device (a kernel of the user's calls cudaGraphLaunch on exec()) and
+  // from the host, as here.
+  Graph exec = g.instantiate(custream::InstantiateFlags::device_launch |
+                             custream::InstantiateFlags::upload,
+                             s);
+  CHECK(exec.flags() ==
+        (custream::InstantiateFlags::device_launch | custream::InstantiateFlags::upload));
+  exec.launch(s);
+  s.synchronize();
+  CHECK(words(s, b) == std::vector<std::uint32_t>(n, 0xD1CE));
+
+  GraphBuilder with_host = GraphBuilder::create();
+  with_host.add_host({}, [] {});
+  try {
+    (void)with_host.instantiate(custream::InstantiateFlags::device_launch);
+    FAIL("no throw");
+  } catch (const custream::GraphInstantiateError& e) {
+    CHECK(e.instantiate_result() != CUDA_GRAPH_INSTANTIATE_SUCCESS);
+    CHECK(std::string(e.what()).find("device_launch") != std::string::npos);
+  }
+  CHECK(with_host.node_count() == 1);  // the builder unchanged
 }
