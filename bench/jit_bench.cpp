@@ -197,9 +197,20 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+// A count argument: a whole number >= 1, else -1.
+int count_argument(const char* text) {
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && n >= 1 && n <= 1000000 ? static_cast<int>(n) : -1;
+}
+
 int main(int argc, char** argv) try {
-  const int compilations = argc > 1 ? std::atoi(argv[1]) : 3;
-  const int hits = argc > 2 ? std::atoi(argv[2]) : 200;
+  const int compilations = argc > 1 ? count_argument(argv[1]) : 3;
+  const int hits = argc > 2 ? count_argument(argv[2]) : 200;
+  if (argc > 3 || compilations < 1 || hits < 1) {
+    std::fprintf(stderr, "usage: custream-jit-bench [compilations=3] [hits=200] (whole numbers >= 1)\n");
+    return 2;
+  }
   char dir[] = "/tmp/custream-jit-bench-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
   const auto t_load = std::chrono::steady_clock::now();
