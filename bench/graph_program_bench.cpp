@@ -54,20 +54,17 @@ struct ProgramState {
   custream::LibraryKernel step;
   custream::GraphBuilder looped;  // memset counter; WHILE { step; set condition from flag }
   custream::Graph looped_graph;   // instantiated from `looped`
-  custream::Graph step_graph;     // one step (the host loops' body)
-  std::vector<custream::Graph> kept;
-  std::vector<CUgraphExec> raw_kept;
-  std::string skip;  // non-empty: why the cases cannot run here
+  // The same as `looped`, instantiated by the instantiation row alone (on an H100, driver 580,
+  // instantiating `looped` again while looped_graph lived failed: CUDA_ERROR_NOT_SUPPORTED).
+  custream::GraphBuilder fresh;
+  // A launch's worth of conditional nodes that run little: step; IF (default 0) { step };
+  // WHILE (default 0) { step }.
+  custream::Graph branchy_graph;
+  custream::Graph step_graph;  // one step (the host loops' body)
+  std::string skip;            // non-empty: why the cases cannot run here
 
   CUdeviceptr counter() const { return cells.get(); }
   CUdeviceptr flag() const { return cells.get() + sizeof(std::uint32_t); }
-
-  void drop() {
-    const auto& api = custream::testing::driver();
-    kept.clear();
-    for (CUgraphExec e : raw_kept) api.cuGraphExecDestroy(e);
-    raw_kept.clear();
-  }
 };
 
 ProgramState& program_state() {
@@ -77,13 +74,27 @@ ProgramState& program_state() {
     try {
       s->step = custream::Library::from_ptx(kLoopPtx).kernel("loop_step");
       const custream::LaunchConfig one{custream::Dim3(1), custream::Dim3(1)};
-      s->looped = custream::GraphBuilder::create();
-      const custream::ConditionalHandle c = s->looped.add_condition(1, true);
-      const custream::GraphNode reset = s->looped.add_memset({}, s->counter(), kLoopIterations, 1);
-      custream::GraphBuilder body = s->looped.add_while(reset, c).body();
-      const custream::GraphNode step = body.add_kernel({}, s->step, one, s->counter(), s->flag());
-      body.add_set_condition(step, c, s->flag());
+      const auto loop = [&] {
+        custream::GraphBuilder b = custream::GraphBuilder::create();
+        const custream::ConditionalHandle c = b.add_condition(1, true);
+        const custream::GraphNode reset = b.add_memset({}, s->counter(), kLoopIterations, 1);
+        custream::GraphBuilder body = b.add_while(reset, c).body();
+        const custream::GraphNode step = body.add_kernel({}, s->step, one, s->counter(), s->flag());
+        body.add_set_condition(step, c, s->flag());
+        return b;
+      };
+      s->looped = loop();
       s->looped_graph = s->looped.instantiate();
+      s->fresh = loop();
+      custream::GraphBuilder branchy = custream::GraphBuilder::create();
+      const custream::GraphNode first =
+          branchy.add_kernel({}, s->step, one, s->counter(), s->flag());
+      custream::GraphBuilder then = branchy.add_if(first, branchy.add_condition(0, true)).body();
+      then.add_kernel({}, s->step, one, s->counter(), s->flag());
+      custream::GraphBuilder again =
+          branchy.add_while(first, branchy.add_condition(0, true)).body();
+      again.add_kernel({}, s->step, one, s->counter(), s->flag());
+      s->branchy_graph = branchy.instantiate();
       custream::GraphBuilder single = custream::GraphBuilder::create();
       single.add_kernel({}, s->step, one, s->counter(), s->flag());
       s->step_graph = single.instantiate();
@@ -160,8 +171,9 @@ bool ready(Case& c) {
 }  // namespace
 
 void add_graph_program_cases(std::vector<Case>& cases) {
-  // Instantiate (with upload) + first launch + synchronize of the same CUgraph: raw
-  // cuGraphInstantiateWithParams on the builder's graph against GraphBuilder::instantiate.
+  // Instantiate (with upload) + first launch + synchronize + destroy of the same CUgraph: raw
+  // cuGraphInstantiateWithParams on the builder's graph against GraphBuilder::instantiate (one
+  // executable at a time: a graph with conditional nodes may not have two).
   Case first{"instantiate + first launch (graph with a WHILE node)",
              {},
              {},
@@ -182,26 +194,26 @@ void add_graph_program_cases(std::vector<Case>& cases) {
         p.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
         p.hUploadStream = s;
         CUgraphExec e = nullptr;
-        check(api.cuGraphInstantiateWithParams(&e, st.looped.handle(), &p),
+        check(api.cuGraphInstantiateWithParams(&e, st.fresh.handle(), &p),
               "cuGraphInstantiateWithParams");
         check(api.cuGraphLaunch(e, s), "cuGraphLaunch");
         check(api.cuStreamSynchronize(s), "cuStreamSynchronize");
-        st.raw_kept.push_back(e);
+        check(api.cuGraphExecDestroy(e), "cuGraphExecDestroy");
       }
     };
     c.ours = [&st](int n) {
       for (int i = 0; i < n; ++i) {
-        custream::Graph g = st.looped.instantiate(custream::InstantiateFlags::upload, st.stream);
+        const custream::Graph g =
+            st.fresh.instantiate(custream::InstantiateFlags::upload, st.stream);
         g.launch(st.stream);
         st.stream.synchronize();
-        st.kept.push_back(std::move(g));
       }
     };
-    c.between = [&st] { st.drop(); };
   };
   cases.push_back(std::move(first));
 
-  // A launch of an executable with conditional nodes: custream's inline launch is the raw call.
+  // A launch of an executable with conditional nodes (an IF and a WHILE whose bodies do not run,
+  // so that the parked stream's backlog drains fast): custream's inline launch is the raw call.
   Case launch{"graph launch (conditional nodes)", {}, {}, {}, 64, 61, {}, "cuGraphLaunch"};
   launch.needs_kernels = true;
   launch.prepare = [](Case& c) {
@@ -209,10 +221,10 @@ void add_graph_program_cases(std::vector<Case>& cases) {
     ProgramState& st = program_state();
     const auto& api = custream::testing::driver();
     c.raw = [&api, &st](int n) {
-      for (int i = 0; i < n; ++i) api.cuGraphLaunch(st.looped_graph.exec(), st.stream.handle());
+      for (int i = 0; i < n; ++i) api.cuGraphLaunch(st.branchy_graph.exec(), st.stream.handle());
     };
     c.ours = [&st](int n) {
-      for (int i = 0; i < n; ++i) st.looped_graph.launch(st.stream);
+      for (int i = 0; i < n; ++i) st.branchy_graph.launch(st.stream);
     };
     time_parked(c, st.stream.handle());
   };

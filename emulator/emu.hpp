@@ -452,9 +452,14 @@ Node* add_node(Graph* g, Work w, const std::vector<Node*>& deps);
 void destroy_graph(Graph* g);
 /// Graph creation helper (registered, not counted as live until handed to the user).
 Graph* new_graph();
-/// Whether a node of this kind may be added to g: CUDA_ERROR_NOT_SUPPORTED when g is (inside)
-/// a conditional body and the kind is not one a body may hold (graph_nodes.cpp).
-CUresult check_node_allowed(const Graph* g, const Work& w);
+/// What instantiating a graph answers when a conditional body (at any depth, child graphs
+/// included) holds a node of a kind a body may not hold: host, event record and wait, memory
+/// allocation and free. The driver accepts such nodes when they are added or captured.
+constexpr CUresult kBodyNodeRefused = CUDA_ERROR_INVALID_VALUE;  // so on an H100, driver 580
+/// kBodyNodeRefused (and *result NODE_OPERATION_NOT_SUPPORTED) when a conditional body of g,
+/// at any depth, holds a node of a kind a body may not hold; else CUDA_SUCCESS
+/// (graph_nodes.cpp).
+CUresult check_bodies(const Graph& g, CUgraphInstantiateResult* result);
 /// Sets a conditional handle of the executable running on this thread (a kernel's CPU
 /// implementation calls it, through custream_emu_set_conditional); false when no launch
 /// running on this thread has that handle (graph_exec.cpp).

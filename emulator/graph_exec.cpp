@@ -126,6 +126,7 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
       }
     }
   }
+  if (CUresult r = check_bodies(*g, result)) return r;
   Stream* up = nullptr;
   if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
     if (CUresult r = resolve_stream(upload, &up)) return r;
@@ -463,7 +464,8 @@ CUresult graph_exec_update_v1(CUgraphExec h, CUgraph g, CUgraphNode* err,
 CUresult exec_child_core(const ExecCore& old, const Graph& g, std::shared_ptr<ExecCore>* out) {
   CUgraphExecUpdateResultInfo info{};
   std::map<CUgraphConditionalHandle, CUgraphConditionalHandle> pair;
-  if (compare(old, g, &info, &pair)) return CUDA_ERROR_INVALID_VALUE;
+  if (compare(old, g, &info, &pair))
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;  // so on an H100, driver 580
   Build b;
   RefSet refs;  // a child graph's user objects stay with the executable's graph
   b.refs = &refs;

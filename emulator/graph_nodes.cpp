@@ -145,14 +145,6 @@ CUresult add_generic(CUgraphNode* ph, Graph* g, const std::vector<Node*>& deps,
     default:
       if (CUresult r = work_from_params(*p, &w)) return r;
   }
-  if (CUresult r = check_node_allowed(g, w)) return r;
-  if (child) {  // a child graph in a body obeys the body's rules too
-    CUresult r = CUDA_SUCCESS;
-    each_node(*child, [&](const Node& n) {
-      if (!r) r = check_node_allowed(g, n.work);
-    });
-    if (r) return r;
-  }
   if (w.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
     if (CUresult r = alloc_work(&p->alloc, &w)) return r;
   }
@@ -378,22 +370,41 @@ CUresult graph_conditional_handle_create(CUgraphConditionalHandle* out, CUgraph 
 
 }  // namespace
 
-CUresult check_node_allowed(const Graph* g, const Work& w) {
-  bool in_body = false;
-  for (const Graph* at = g; at && at->owner; at = at->owner->graph)
-    if (at->owner->work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) in_body = true;
-  if (!in_body) return CUDA_SUCCESS;
-  switch (w.type) {  // CUDA_CONDITIONAL_NODE_PARAMS::phGraph_out (cuda.h 12.3 to 13.0)
+namespace {
+// Whether a body may hold a node of this kind (cuda.h 12.3 to 13.0,
+// CUDA_CONDITIONAL_NODE_PARAMS::phGraph_out): kernel, empty, child graph, memset, memcpy,
+// conditional.
+bool body_may_hold(CUgraphNodeType type) {
+  switch (type) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
     case CU_GRAPH_NODE_TYPE_EMPTY:
     case CU_GRAPH_NODE_TYPE_GRAPH:
     case CU_GRAPH_NODE_TYPE_MEMSET:
     case CU_GRAPH_NODE_TYPE_MEMCPY:
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
-      return CUDA_SUCCESS;
+      return true;
     default:
-      return CUDA_ERROR_NOT_SUPPORTED;
+      return false;
   }
+}
+}  // namespace
+
+CUresult check_bodies(const Graph& g, CUgraphInstantiateResult* result) {
+  CUresult r = CUDA_SUCCESS;
+  for (const auto& n : g.nodes) {
+    if (n->work.type != CU_GRAPH_NODE_TYPE_CONDITIONAL) continue;
+    for (const Graph* b : n->bodies) {
+      each_node(*b, [&](const Node& inner) {
+        if (!r && !body_may_hold(inner.work.type)) r = kBodyNodeRefused;
+      });
+    }
+  }
+  for (const auto& n : g.nodes) {  // conditional nodes inside child graphs
+    if (r) break;
+    if (n->work.type == CU_GRAPH_NODE_TYPE_GRAPH) r = check_bodies(*n->bodies[0], result);
+  }
+  if (r && result) *result = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
+  return r;
 }
 
 CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem_size,

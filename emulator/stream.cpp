@@ -427,11 +427,6 @@ void push_op(Stream* st, Op op) {
 CUresult enqueue(Stream* st, Work w, std::function<void()> run, SignalPtr* done_out) {
   if (st->capture) {
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    // Capture into a conditional body (cuStreamBeginCaptureToGraph): the body's rules apply.
-    if (CUresult r = check_node_allowed(st->capture->graph, w)) {
-      invalidate(st->capture.get());
-      return r;
-    }
     Node* n = add_node(st->capture->graph, std::move(w), st->frontier);
     st->frontier.assign(1, n);
     st->frontier_edges.assign(1, CUgraphEdgeData{});

@@ -1,6 +1,5 @@
 // custream::Graph: a CUgraph and its CUgraphExec as a shared value handle. Design:
 // docs/design/graphs.md.
-#include "error.hpp"
 #include "custream/graph.hpp"
 
 #include <stdlib.h>
@@ -19,7 +18,9 @@
 #include "custream/graph_update_error.hpp"
 #include "custream/nvtx_range.hpp"
 #include "driver.hpp"
+#include "error.hpp"
 #include "graph/owner.hpp"
+#include "graph_builder/conditional.hpp"
 #include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
@@ -145,7 +146,7 @@ std::string graph_text(CUgraph graph, CUgraphExec exec) {
 
 [[noreturn, gnu::cold]] void refuse_empty(const char* call) {
   detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
-              "the Graph holds no executable (default-constructed or moved from)");
+                      "the Graph holds no executable (default-constructed or moved from)");
 }
 
 // Launch or upload (`Field`) of `exec` on `s`, with the special-handle retry (invariant 3):
@@ -154,7 +155,8 @@ template <auto Field>
 void on_stream(CUgraphExec exec, StreamRef s, CUresult first, CUgraph graph) {
   std::optional<ContextScope> scope;
   CUresult r = first;
-  if (detail::retry_special(r, s.is_special(), scope)) r = detail::try_call<Field>(exec, s.handle());
+  if (detail::retry_special(r, s.is_special(), scope))
+    r = detail::try_call<Field>(exec, s.handle());
   if (r != CUDA_SUCCESS) {
     detail::throw_stream_error(r, detail::EntryInfo<Field>::name, s, graph_text(graph, exec));
   }
@@ -227,7 +229,8 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   params.hUploadStream =
       (flags & InstantiateFlags::upload) != InstantiateFlags::none ? stream.handle() : nullptr;
   CUgraphExec exec = nullptr;
-  const CUresult r = detail::try_call<&DriverApi::cuGraphInstantiateWithParams>(&exec, graph, &params);
+  const CUresult r =
+      detail::try_call<&DriverApi::cuGraphInstantiateWithParams>(&exec, graph, &params);
   detail::drop_keeper_from_graph(g.owner_.get()->updates, graph);  // the executable's alone (U2)
   if (r != CUDA_SUCCESS || params.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
     if (r == CUDA_SUCCESS && exec != nullptr) {
@@ -239,7 +242,8 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
         "graph " + detail::pointer_text(graph),
         std::string("instantiate result ") + instantiate_result_name(params.result_out) + ", " +
             node_text(params.hErrNode_out) + "; flags " + flags_text(flags) +
-            (uploading ? ", upload on " + stream.to_string() : std::string()));
+            (uploading ? ", upload on " + stream.to_string() : std::string()) +
+            (r == CUDA_ERROR_INVALID_VALUE ? detail::body_rule_hint(graph) : std::string()));
   }
   g.exec_ = g.owner_.get()->exec = exec;
   return g;
@@ -328,7 +332,8 @@ void Graph::upload(StreamRef stream) const {
 }
 
 void Graph::update(const Graph& newer) {
-  if (exec_ == nullptr || newer.graph_ == nullptr) refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
+  if (exec_ == nullptr || newer.graph_ == nullptr)
+    refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
   detail::GraphOwner& o = *owner_.get();
   if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);     // invariant 5, inline
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
@@ -356,7 +361,7 @@ std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
   const int fd = mkstemp(path.data());
   if (fd < 0) {
     detail::throw_error(CUDA_ERROR_OPERATING_SYSTEM, who, "graph " + detail::pointer_text(graph),
-                "cannot create a temporary file in " + path);
+                        "cannot create a temporary file in " + path);
   }
   ::close(fd);
   struct Unlink {

@@ -74,7 +74,6 @@
 #include "custream/graph.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/graph_capture_scope.hpp"
-#include "graph_builder/set_condition.hpp"
 #include "custream/host_function.hpp"
 #include "custream/kernel.hpp"
 #include "custream/launch_config.hpp"
@@ -87,6 +86,7 @@
 #include "custream/stream.hpp"
 #include "custream/stream_scope.hpp"
 #include "driver.hpp"
+#include "graph_builder/set_condition.hpp"
 #include "graph_support.hpp"
 
 extern char** environ;
@@ -126,8 +126,12 @@ struct EmuControls {
   /// done. False on a 10 s timeout.
   bool quiesce() const {
     reset();
-    return wait_idle(10000) == 1 && wait_destructors(10000) == 1;
+    return settle();
   }
+  /// Waits, faults still armed, until streams, host functions and user-object destructors are
+  /// done: what an operation set off (a payload released after its last launch, on the
+  /// emulator's threads) is counted with it. False on a 10 s timeout.
+  bool settle() const { return wait_idle(10000) == 1 && wait_destructors(10000) == 1; }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1198,38 +1202,37 @@ std::vector<Operation> operations() {
     pool.trim_to(0);
     custream::DeviceArray<std::uint32_t> moved(std::move(ordered));
   });
-  add("graphs: per-node updates of a built graph (kernel, memset, copy, host, child, enabled)",
-      [] {
-        Stream s(custream::StreamFlags::non_blocking);
-        custream::DeviceBuffer b(64);
-        static std::uint32_t host[16];  // a failure may leave a launch copying into it
-        const custream::Module m = custream::Module::from_ptx(
-            ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  "
-            "ret;\n}\n");
-        const custream::Kernel k = m.kernel("noop");
-        custream::GraphBuilder g = custream::GraphBuilder::create();
-        const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{1}, 16);
-        const custream::GraphNode run = g.add_kernel(fill, k, custream::LaunchConfig{{1}, {1}});
-        const custream::GraphNode copy = g.add_copy_to_host(run, host, b.get(), 64);
-        const custream::GraphNode call = g.add_host(copy, [c = Counted{}] {});
-        custream::GraphBuilder child = custream::GraphBuilder::create();
-        child.add_host({}, [c = Counted{}] {});
-        const custream::GraphNode nested = g.add_child(call, child);
-        custream::Graph exec = g.instantiate();
-        exec.update_memset(fill, b.get(), std::uint32_t{5}, 16);
-        exec.update_kernel(run, custream::LaunchConfig{{1}, {1}});
-        exec.update_copy_to_host(copy, host, b.get(), 64);
-        exec.set_host(call, [c = Counted{}] {});
-        custream::GraphBuilder other = custream::GraphBuilder::create();
-        other.add_host({}, [c = Counted{}] {});
-        exec.set_child(nested, other);
-        exec.set_enabled(run, false);
-        expect(!exec.enabled(run), "the kernel node disabled");
-        exec.set_enabled(run, true);
-        exec.launch(s);
-        s.synchronize();
-        expect(host[0] == 5, "the word the updated memset wrote");
-      });
+  add("graphs: per-node updates of a built graph (kernel, memset, copy, host, child, enabled)", [] {
+    Stream s(custream::StreamFlags::non_blocking);
+    custream::DeviceBuffer b(64);
+    static std::uint32_t host[16];  // a failure may leave a launch copying into it
+    const custream::Module m = custream::Module::from_ptx(
+        ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n  "
+        "ret;\n}\n");
+    const custream::Kernel k = m.kernel("noop");
+    custream::GraphBuilder g = custream::GraphBuilder::create();
+    const custream::GraphNode fill = g.add_memset({}, b.get(), std::uint32_t{1}, 16);
+    const custream::GraphNode run = g.add_kernel(fill, k, custream::LaunchConfig{{1}, {1}});
+    const custream::GraphNode copy = g.add_copy_to_host(run, host, b.get(), 64);
+    const custream::GraphNode call = g.add_host(copy, [c = Counted{}] {});
+    custream::GraphBuilder child = custream::GraphBuilder::create();
+    child.add_host({}, [c = Counted{}] {});
+    const custream::GraphNode nested = g.add_child(call, child);
+    custream::Graph exec = g.instantiate();
+    exec.update_memset(fill, b.get(), std::uint32_t{5}, 16);
+    exec.update_kernel(run, custream::LaunchConfig{{1}, {1}});
+    exec.update_copy_to_host(copy, host, b.get(), 64);
+    exec.set_host(call, [c = Counted{}] {});
+    custream::GraphBuilder other = custream::GraphBuilder::create();
+    other.add_host({}, [c = Counted{}] {});
+    exec.set_child(nested, other);
+    exec.set_enabled(run, false);
+    expect(!exec.enabled(run), "the kernel node disabled");
+    exec.set_enabled(run, true);
+    exec.launch(s);
+    s.synchronize();
+    expect(host[0] == 5, "the word the updated memset wrote");
+  });
   return ops;
 }
 
@@ -1397,6 +1400,7 @@ void run_child(const std::string& op_name, const char* fault, const char* out_pa
   if (!entry.empty())
     emu.fail_call(entry.c_str(), static_cast<int>(k), static_cast<CUresult>(injected));
   const Outcome outcome = run_catching(op->run);
+  (void)emu.settle();  // quiesce below requires it
   std::map<std::string, long> calls;
   for (const std::string& s : table_symbols()) {
     if (const long n = emu.call_count(s.c_str()); n > 0) calls[s] = n;
@@ -1640,6 +1644,7 @@ TEST_CASE("every entry point custream calls, failed at every call site",
     emu.count_calls(1);
     if (!entry.empty()) emu.fail_call(entry.c_str(), static_cast<int>(k), injected);
     r.outcome = run_catching(op.run);
+    (void)emu.settle();  // quiesce below requires it
     for (const std::string& s : symbols) {
       if (const long n = emu.call_count(s.c_str()); n > 0) r.calls[s] = n;
     }

@@ -461,6 +461,24 @@ TEST_CASE("a host function captured into a conditional body is refused by custre
   CHECK(probe->runs.load() == 0);
 }
 
+TEST_CASE("a raw host function captured into a body fails instantiation, naming the body rule",
+          "[graph-conditional][gpu]") {
+  REQUIRE_CONDITIONALS();
+  GraphBuilder b = GraphBuilder::create();
+  GraphBuilder body = b.add_if({}, b.add_condition(0)).body();
+  Stream s = Stream::create();
+  {
+    // The raw form makes no capture check: the driver adds the host node to the body.
+    GraphCaptureScope capture(s, body);
+    s.launch_host_func([](void*) {}, nullptr);
+    capture.end();
+  }
+  CHECK(body.node_count() == 1);
+  expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_INVALID_VALUE, "body 0 of the IF node");
+  expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_INVALID_VALUE,
+               "holds a host node: a conditional body accepts only kernel, memset, memcpy");
+}
+
 TEST_CASE("host functions captured into a builder: the graph owns them, exactly once",
           "[graph-conditional][gpu]") {
   REQUIRE_CONDITIONALS();

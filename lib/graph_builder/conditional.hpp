@@ -64,6 +64,11 @@ void check_body_accepts(const BuilderOwner& owner, CUgraph graph, GraphNodeKind 
 /// body, every node of `child` (and of its child graphs) must be one a body accepts.
 /// @throws also Error naming a failing driver query.
 void check_body_accepts_child(const BuilderOwner& owner, CUgraph graph, CUgraph child);
+/// When a body of one of custream's conditional nodes in `graph` (or nested in its bodies)
+/// holds a node a body does not accept (added around custream's checks: a raw host function
+/// captured into it, say), "; body … holds a host node: <the rule>"; else empty. What a failed
+/// instantiation (CUDA_ERROR_INVALID_VALUE) adds to its message. Never throws.
+std::string body_rule_hint(CUgraph graph) noexcept;
 /// Refuses (Error CUDA_ERROR_INVALID_CONTEXT, without calling the driver) a kernel of
 /// `context` added to `graph` when `graph` is a body of another context's conditional node.
 void check_body_context(CUgraph graph, CUcontext context, const char* call);

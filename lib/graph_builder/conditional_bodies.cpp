@@ -9,12 +9,12 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "error.hpp"
 #include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/stream_ref.hpp"
 #include "driver.hpp"
+#include "error.hpp"
 
 namespace custream {
 namespace detail {
@@ -94,12 +94,13 @@ bool body_accepts(GraphNodeKind kind) noexcept {
 
 constexpr const char* kBodyRule =
     "a conditional body accepts only kernel, memset, memcpy, empty, child-graph and conditional "
-    "nodes, also inside its child graphs (CUDA_CONDITIONAL_NODE_PARAMS)";
+    "nodes, also inside its child graphs (CUDA_CONDITIONAL_NODE_PARAMS; the driver adds other "
+    "nodes, then fails the graph's instantiation with CUDA_ERROR_INVALID_VALUE)";
 
 [[noreturn, gnu::cold]] void refuse_in_body(const std::string& call, const BodyInfo& body,
                                             const std::string& what) {
   detail::throw_error(CUDA_ERROR_NOT_SUPPORTED, call.c_str(), body_text(body),
-              "custream refused it without calling the driver: " + what + "; " + kBodyRule);
+                      "custream refused it without calling the driver: " + what + "; " + kBodyRule);
 }
 
 // The node kinds custream names, from a driver node type (those a body refuses and others).
@@ -224,15 +225,39 @@ void check_body_accepts_child(const BuilderOwner& /*owner*/, CUgraph graph, CUgr
   }
 }
 
+std::string body_rule_hint(CUgraph graph) noexcept {
+  try {
+    std::size_t count = 0;
+    call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph,
+                                      static_cast<CUgraphNode*>(nullptr), &count);
+    std::vector<CUgraphNode> nodes(count);
+    call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);
+    for (CUgraphNode node : nodes) {
+      for (CUgraph body : bodies_of(node)) {  // custream's conditional nodes only
+        const std::optional<BodyInfo> info = find_body(body);
+        if (!info) continue;
+        if (const char* kind = first_refused(body)) {
+          return "; " + body_text(*info) + " holds a " + kind + " node: " + kBodyRule;
+        }
+        std::string inner = body_rule_hint(body);  // nested conditional nodes
+        if (!inner.empty()) return inner;
+      }
+    }
+  } catch (...) {  // a hint, not the error: none when the graph cannot be read
+  }
+  return {};
+}
+
 void check_body_context(CUgraph graph, CUcontext context, const char* call) {
   const std::optional<BodyInfo> body = find_body(graph);
   if (!body || body->context == context) return;
-  detail::throw_error(CUDA_ERROR_INVALID_CONTEXT, call, body_text(*body),
-              "custream refused it without calling the driver: the kernel belongs to context " +
-                  pointer_text(context) + ", the conditional node to context " +
-                  pointer_text(body->context) +
-                  "; every kernel of a conditional body (and of its nested bodies and child "
-                  "graphs) must belong to the conditional node's context");
+  detail::throw_error(
+      CUDA_ERROR_INVALID_CONTEXT, call, body_text(*body),
+      "custream refused it without calling the driver: the kernel belongs to context " +
+          pointer_text(context) + ", the conditional node to context " +
+          pointer_text(body->context) +
+          "; every kernel of a conditional body (and of its nested bodies and child "
+          "graphs) must belong to the conditional node's context");
 }
 
 void check_capture_accepts_host(CUgraph graph, const StreamRef& stream, const char* call) {
@@ -266,7 +291,7 @@ void check_condition_of(const GraphBuilder& builder, const ConditionalHandle& co
   }
   if (why.empty()) return;
   detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "graph " + pointer_text(graph),
-              "custream refused it without calling the driver: " + why);
+                      "custream refused it without calling the driver: " + why);
 }
 
 void check_conditional_driver(int driver_version, CUgraphConditionalNodeType type, unsigned size,

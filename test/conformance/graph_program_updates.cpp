@@ -8,20 +8,30 @@
 namespace conformance {
 namespace {
 
-TEST_CASE("capturing a host function into a conditional body is refused", "[conformance][unsure]") {
+TEST_CASE("a host function captured into a conditional body is captured; instantiation refuses it",
+          "[conformance][unsure]") {
   REQUIRE_GRAPH_PROGRAMS();
   PrimaryScope scope;
   StreamHandle s(CU_STREAM_NON_BLOCKING);
   GraphHandle g;
-  auto h = make_handle(g.g, scope.ctx(), 0);
+  auto h = make_handle(g.g, scope.ctx(), 1);
   CUgraph body = add_conditional(g.g, {}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx())[0];
   CU_OK(api().cuStreamBeginCaptureToGraph(s.s, body, nullptr, nullptr, 0,
                                           CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   std::function<void()> nothing = [] {};
-  CU_CHECK_EQ(launch(s.s, &nothing), CUDA_ERROR_NOT_SUPPORTED);
+  const CUresult enqueued = launch(s.s, &nothing);
   CUgraph ended = nullptr;
-  CU_CHECK_EQ(api().cuStreamEndCapture(s.s, &ended), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-  CHECK(node_count(body) == 0);
+  const CUresult end = api().cuStreamEndCapture(s.s, &ended);
+  CUgraphExec e = nullptr;
+  const CUresult inst = api().cuGraphInstantiateWithFlags(&e, g.g, 0);
+  if (e) api().cuGraphExecDestroy(e);
+  WARN("a host function captured into an IF body: cuLaunchHostFunc "
+       << nm(enqueued) << ", end capture " << nm(end) << ", body nodes " << node_count(body)
+       << ", instantiate " << nm(inst));
+  CU_CHECK_EQ(enqueued, CUDA_SUCCESS);
+  CU_CHECK_EQ(end, CUDA_SUCCESS);
+  CHECK(node_count(body) == 1);
+  CU_CHECK_EQ(inst, CUDA_ERROR_INVALID_VALUE);  // so on an H100, driver 580
 }
 
 TEST_CASE("cuStreamBeginCaptureToGraph appends to the graph after the given nodes",
@@ -174,7 +184,8 @@ TEST_CASE(
   CU_OK(api().cuGraphExecChildGraphNodeSetParams(e.e, sub, same.g));
   add(other.g, {}, memset_params(a.p, 5, 2, scope.ctx()));
   add(other.g, {}, memset_params(a.p, 5, 2, scope.ctx()));
-  CU_EQ(api().cuGraphExecChildGraphNodeSetParams(e.e, sub, other.g), CUDA_ERROR_INVALID_VALUE);
+  CU_EQ(api().cuGraphExecChildGraphNodeSetParams(e.e, sub, other.g),
+        CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);  // so on an H100, driver 580
   CUgraphNodeParams c = memcpy_params(b.p + sizeof(int), a.p, sizeof(int), scope.ctx());
   CU_OK(api().cuGraphExecNodeSetParams(e.e, copy, &c));
   CUDA_HOST_NODE_PARAMS hp{call_function, &two};
