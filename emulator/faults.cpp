@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "../../lib/result_names.hpp"
+#include "../lib/result_names.hpp"
 #include "emu.hpp"
 #include "emu_control.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "../../lib/result_names.hpp"
+#include "../lib/result_names.hpp"
 #include "emu.hpp"
 
 #define EMU_EXPORT extern "C" __attribute__((visibility("default")))
