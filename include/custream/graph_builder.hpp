@@ -268,11 +268,16 @@ class GraphBuilder {
 /// A conditional node and its bodies.
 class ConditionalNode {
  public:
+  /// An empty ConditionalNode (no node, no bodies); body() on it throws.
   ConditionalNode() noexcept = default;
+  /// The conditional node itself, to depend on or to list (GraphNodeKind::conditional).
   GraphNode node() const noexcept { return node_; }
+  /// The condition the node tests.
   ConditionalHandle condition() const noexcept { return condition_; }
+  /// How many bodies the node has (IF, WHILE: 1; IF/ELSE: 2; SWITCH: its cases); 0 when empty.
   std::size_t body_count() const noexcept;
   /// A builder of body `index` (IF: 0; IF/ELSE: 0 then, 1 else; SWITCH: the case; WHILE: 0).
+  /// @throws Error CUDA_ERROR_INVALID_VALUE for an empty node or an index past the bodies.
   GraphBuilder body(std::size_t index = 0) const;
 
  private:
