@@ -71,7 +71,9 @@ void check_body_accepts_child(const BuilderOwner& owner, CUgraph graph, CUgraph 
 std::string body_rule_hint(CUgraph graph) noexcept;
 /// Refuses (Error CUDA_ERROR_INVALID_CONTEXT, without calling the driver) a kernel of
 /// `context` added to `graph` when `graph` is a body of another context's conditional node.
-void check_body_context(CUgraph graph, CUcontext context, const char* call);
+/// Returns at once (no registry lookup) when `graph` is `owner`'s root.
+void check_body_context(const BuilderOwner& owner, CUgraph graph, CUcontext context,
+                        const char* call);
 /// Refuses (Error CUDA_ERROR_NOT_SUPPORTED, without calling the driver) a host function or
 /// callback enqueued on `stream` while it captures into the conditional body `graph`
 /// (GraphCaptureScope); returns when `graph` is not a body. Cold: only capturing enqueues ask.

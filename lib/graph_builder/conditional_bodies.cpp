@@ -14,6 +14,7 @@
 #include "custream/graph_builder.hpp"
 #include "custream/stream_ref.hpp"
 #include "driver.hpp"
+#include "owner.hpp"
 #include "error.hpp"
 
 namespace custream {
@@ -209,14 +210,15 @@ std::string body_text(const BodyInfo& body) {
          " in graph " + pointer_text(body.parent);
 }
 
-void check_body_accepts(const BuilderOwner& /*owner*/, CUgraph graph, GraphNodeKind kind) {
-  if (body_accepts(kind)) return;
+void check_body_accepts(const BuilderOwner& owner, CUgraph graph, GraphNodeKind kind) {
+  if (body_accepts(kind) || graph == owner.root()) return;  // a root is no body: no lookup
   const std::optional<BodyInfo> body = find_body(graph);
   if (!body) return;
   refuse_in_body(add_call(kind), *body, std::string("a ") + kind_name(kind) + " node");
 }
 
-void check_body_accepts_child(const BuilderOwner& /*owner*/, CUgraph graph, CUgraph child) {
+void check_body_accepts_child(const BuilderOwner& owner, CUgraph graph, CUgraph child) {
+  if (graph == owner.root()) return;  // a root is no body
   const std::optional<BodyInfo> body = find_body(graph);
   if (!body) return;
   if (const char* kind = first_refused(child)) {
@@ -248,7 +250,9 @@ std::string body_rule_hint(CUgraph graph) noexcept {
   return {};
 }
 
-void check_body_context(CUgraph graph, CUcontext context, const char* call) {
+void check_body_context(const BuilderOwner& owner, CUgraph graph, CUcontext context,
+                        const char* call) {
+  if (graph == owner.root()) return;  // a root is no body: no lookup (no lock) on its adds
   const std::optional<BodyInfo> body = find_body(graph);
   if (!body || body->context == context) return;
   detail::throw_error(

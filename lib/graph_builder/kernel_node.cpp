@@ -84,8 +84,8 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
   check_add(after, kCall);
-  detail::check_body_context(graph_, kernel.module_.context(), kCall);  // conditional.hpp
   detail::BuilderOwner& owner = *owner_.get();
+  detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);  // conditional.hpp
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
                            "the Kernel is empty (default-constructed or moved from)");
