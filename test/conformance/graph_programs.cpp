@@ -263,6 +263,47 @@ TEST_CASE("conditional IF and IF/ELSE nodes run by their default values", "[conf
   CHECK(read_ints(out.p, 2, s.s) == std::vector<int>{11, 22});
 }
 
+// custream's GraphBuilder::instantiate in raw calls (lib/graph.cpp, node_updates.cpp): a
+// user object moved to the graph, instantiation with upload, the graph's reference dropped,
+// launches. So that a failure on a GPU tells the driver's part from custream's.
+TEST_CASE("an IF graph with a user object moved to it, instantiated with upload, launched",
+          "[conformance]") {
+  REQUIRE_GRAPH_PROGRAMS();
+  PrimaryScope scope;
+  StreamHandle s(CU_STREAM_NON_BLOCKING);
+  ProgramModule mod;
+  DeviceBuffer out(sizeof(int));
+  CU_OK(api().cuMemsetD32Async(out.p, 0, 1, s.s));
+  GraphHandle g;
+  static std::atomic<int> destroyed{0};
+  destroyed = 0;
+  CUuserObject obj = nullptr;
+  CU_OK(api().cuUserObjectCreate(
+      &obj, nullptr, [](void*) { destroyed.fetch_add(1); }, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CU_OK(api().cuGraphRetainUserObject(g.g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  for (unsigned value : {0u, 1u}) {
+    auto h = make_handle(g.g, scope.ctx(), value);
+    CUgraph body = add_conditional(g.g, {}, h, CU_GRAPH_COND_TYPE_IF, 1, scope.ctx())[0];
+    CUdeviceptr target = out.p;
+    int amount = 1;
+    void* args[] = {&target, &amount};
+    add(body, {}, kernel_params(mod.add(), args));
+  }
+  CUDA_GRAPH_INSTANTIATE_PARAMS p{};
+  p.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  p.hUploadStream = s.s;
+  CUgraphExec e = nullptr;
+  CU_OK(api().cuGraphInstantiateWithParams(&e, g.g, &p));
+  CHECK(p.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  CU_OK(api().cuGraphReleaseUserObject(g.g, obj, 1));  // the executable holds its own
+  launch_and_wait(e, s.s);
+  launch_and_wait(e, s.s);
+  CHECK(read_ints(out.p, 1, s.s) == std::vector<int>{2});  // one IF taken, one not, twice
+  CHECK(destroyed.load() == 0);
+  CU_OK(api().cuGraphExecDestroy(e));
+  CHECK(wait_until([&] { return destroyed.load() == 1; }));
+}
+
 TEST_CASE("conditional WHILE with a zero default never runs its body; SWITCH runs body[value]",
           "[conformance]") {
   REQUIRE_GRAPH_PROGRAMS();

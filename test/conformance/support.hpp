@@ -113,6 +113,7 @@ using namespace std::chrono_literals;
   X(cuUserObjectCreate, cuUserObjectCreate, 11030)                               \
   X(cuUserObjectRelease, cuUserObjectRelease, 11030)                             \
   X(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030)                     \
+  X(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030)                   \
   X(cuModuleLoadData, cuModuleLoadData, 2000)                                    \
   X(cuModuleUnload, cuModuleUnload, 2000)                                        \
   X(cuModuleGetFunction, cuModuleGetFunction, 2000)                              \
