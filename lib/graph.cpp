@@ -195,6 +195,19 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
   after.updated = true;
 }
 
+// update() from a builder's graph: the executable runs what that builder owns from now on, so
+// the Graph holds it (graphs.md, U7).
+[[gnu::cold, gnu::noinline]] void update_from_builder(
+    detail::GraphOwner& o, const detail::Shared<detail::BuilderOwner>& source, CUgraph newer) {
+  detail::PayloadPtr spare = detail::prepare_update_source(o);  // may throw: nothing changed
+  if (o.updates.active) {
+    update_exec_with_nodes(o, newer);
+  } else {
+    update_exec(o.graph, o.exec, newer);
+  }
+  detail::set_update_source(o, source, std::move(spare));
+}
+
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
@@ -335,7 +348,11 @@ void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr)
     refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
   detail::GraphOwner& o = *owner_.get();
-  if (newer.owner_) o.libraries.hold(newer.owner_.get()->libraries);     // invariant 5, inline
+  if (newer.owner_) {
+    const detail::GraphOwner& n = *newer.owner_.get();
+    o.libraries.hold(n.libraries);                                          // invariant 5, inline
+    if (n.builder) return update_from_builder(o, n.builder, newer.graph_);  // U7, cold
+  }
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
 }

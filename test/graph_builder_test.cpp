@@ -445,6 +445,50 @@ TEST_CASE("graph builder: kernel nodes of modules and libraries", "[graph-builde
   CHECK(v[n - 1] == 10u);
 }
 
+TEST_CASE("graph builder: a Graph updated from another builder's graph keeps what it launches",
+          "[graph-builder][gpu]") {
+  REQUIRE_ADD_NODE();
+  register_builder_add();
+  const Context ctx = Device(0).primary_context();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  constexpr std::uint32_t n = custream_test::kN;
+  DeviceBuffer data(n * 4);
+  s.memset32(data.get(), 1, n);
+  s.synchronize();
+  const custream::Module ma = custream::Module::from_ptx(kPtx, ctx);
+  GraphBuilder a(ctx);
+  a.add_kernel({}, ma.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 2u);
+  Graph g = a.instantiate();
+  const bool emu = custream_test::emulated();
+  long live_before = 0;
+  for (int step = 0; step < 3; ++step) {
+    {
+      // A module of its own, dropped with its builder and Graph once g runs its kernel.
+      const custream::Module mb = custream::Module::from_ptx(kPtx, ctx);
+      GraphBuilder b(ctx);
+      b.add_kernel({}, mb.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 7u);
+      const Graph newer = b.instantiate();
+      if (step == 0 && emu) live_before = custream_test::emu_live_objects();
+      g.update(newer);
+    }
+    g.launch(s);
+    CHECK(words(s, data) == std::vector<std::uint32_t>(n, 1u + 7u * (step + 1)));
+  }
+  if (emu) {
+    // Counted at the first update: g's objects, the first source's module and builder graph,
+    // and its Graph's executable and keeper. Now: the last source's module and builder graph
+    // are held by g (not its executable or keeper, gone with its Graph); the earlier sources
+    // went after the launch that followed their replacement (bounded, not one per update).
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() == live_before - 2);
+  }
+  g = Graph();
+  if (emu) {
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() < live_before - 2);  // g let go of the last source
+  }
+}
+
 TEST_CASE("graph builder: a child graph's payloads live as long as the parent",
           "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();

@@ -112,7 +112,11 @@ class Graph {
   /// update loop therefore holds one step's payloads, not its history (prefer
   /// update_from_capture(), which does not instantiate). On a Graph given payloads by per-node
   /// updates (set_host, set_child), those are released as replaced ones are (graphs.md, U4):
-  /// every node now runs `newer`'s parameters. Not thread-safe for one Graph:
+  /// every node now runs `newer`'s parameters. When `newer` was made by a GraphBuilder, this
+  /// Graph holds that builder (its modules, events, child graphs, graph memory), since the
+  /// executable now runs them; the builder of an earlier such update is released once the
+  /// launches enqueued before this one have finished (on a Graph not made by a GraphBuilder,
+  /// each such builder is held as long as this Graph). Not thread-safe for one Graph:
   /// serialize update(), launch() and upload() of the same Graph (different Graphs may be
   /// updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is

@@ -149,15 +149,16 @@ Subject exec_subject(CUgraphExec exec) noexcept { return {Subject::What::executa
 [[noreturn, gnu::cold]] void refuse(const char* call, GraphNode node, CUgraph graph,
                                     CUgraphExec exec, const std::string& why,
                                     CUresult r = CUDA_ERROR_INVALID_VALUE) {
-  detail::throw_error(r, call, node_text(node, graph, exec),
-              why +
-                  " (custream refused the update without calling the driver; the executable "
-                  "is unchanged)");
+  detail::throw_error(
+      r, call, node_text(node, graph, exec),
+      why +
+          " (custream refused the update without calling the driver; the executable "
+          "is unchanged)");
 }
 
 [[noreturn, gnu::cold]] void refuse_empty_graph(const char* call) {
   detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::Graph",
-              "the Graph holds no executable (default-constructed or moved from)");
+                      "the Graph holds no executable (default-constructed or moved from)");
 }
 
 // The checks every per-node update makes before the driver (U1): a node of this graph's top
@@ -214,6 +215,37 @@ bool has_attributes(const LaunchConfig& c) noexcept {
 }
 
 }  // namespace
+
+// --- Whole-graph updates from a builder's graph (U7) ---
+
+PayloadPtr prepare_update_source(GraphOwner& o) {
+  if (o.updates.kept == nullptr) {
+    o.update_sources.reserve(o.update_sources.size() + 1);
+    return nullptr;
+  }
+  o.updates.kept->retired.reserve(o.updates.kept->retired.size() + 1);
+  return PayloadPtr(new ChildPayload(Shared<BuilderOwner>()));
+}
+
+void set_update_source(GraphOwner& o, const Shared<BuilderOwner>& source,
+                       PayloadPtr spare) noexcept {
+  if (source.get() == o.builder.get()) return;  // the builder it was instantiated from
+  if (o.updates.kept == nullptr) {              // no keeper: held for the Graph's life, once each
+    for (const Shared<BuilderOwner>& held : o.update_sources) {
+      if (held.get() == source.get()) return;
+    }
+    o.update_sources.push_back(source);  // reserved: no throw
+    return;
+  }
+  if (o.update_source.get() == source.get()) return;
+  if (o.update_source) {  // what launches enqueued before this update may still run (U3)
+    static_cast<ChildPayload&>(*spare).owner = std::move(o.update_source);
+    o.updates.kept->retired.push_back(std::move(spare));  // reserved: no throw
+    o.updates.retire_pending.store(true, std::memory_order_relaxed);
+  }
+  o.update_source = source;
+}
+
 }  // namespace detail
 
 using detail::DriverApi;

@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <vector>
+
 #include "custream/context.hpp"
 #include "graph/node_updates.hpp"
 #include "library.hpp"
@@ -21,9 +23,11 @@ struct GraphOwner : Counted {
   bool owned = false;        // adopted or from end_capture: destroyed with the last reference
   Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
   GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
-  Shared<BuilderOwner> builder;  // the builder it was instantiated from (graphs.md, Builders)
-  CUcontext context = nullptr;   // the context it was instantiated in (memset/memcpy updates)
-  NodeUpdates updates;           // per-node updates (graphs.md, "Per-node updates")
+  Shared<BuilderOwner> builder;        // the builder it was instantiated from (graphs.md, Builders)
+  Shared<BuilderOwner> update_source;  // the builder of the last update's graph (keeper: U7)
+  std::vector<Shared<BuilderOwner>> update_sources;  // without a keeper: every one (U7)
+  CUcontext context = nullptr;  // the context it was instantiated in (memset/memcpy updates)
+  NodeUpdates updates;          // per-node updates (graphs.md, "Per-node updates")
 };
 
 }  // namespace custream::detail
