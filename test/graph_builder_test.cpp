@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "custream/capture_scope.hpp"
 #include "custream/context.hpp"
 #include "custream/device.hpp"
 #include "custream/device_buffer.hpp"
@@ -489,6 +490,47 @@ TEST_CASE("graph builder: a Graph updated from another builder's graph keeps wha
   }
 }
 
+TEST_CASE("graph builder: a captured Graph updated from a builder's graph holds that builder",
+          "[graph-builder][gpu]") {
+  REQUIRE_ADD_NODE();
+  register_builder_add();
+  const Context ctx = Device(0).primary_context();
+  const Stream s(Device(0), StreamFlags::non_blocking);
+  constexpr std::uint32_t n = custream_test::kN;
+  DeviceBuffer data(n * 4);
+  s.memset32(data.get(), 1, n);
+  s.synchronize();
+  const custream::Module ma = custream::Module::from_ptx(kPtx, ctx);
+  Graph g;
+  {
+    custream::CaptureScope capture(s);
+    ma.kernel("builder_add").launch(s, LaunchConfig{{1}, {n}}, data.get(), n, 2u);
+    g = capture.end();
+  }
+  const bool emu = custream_test::emulated();
+  long live_before = 0;
+  for (int step = 0; step < 2; ++step) {
+    {
+      const custream::Module mb = custream::Module::from_ptx(kPtx, ctx);
+      GraphBuilder b(ctx);
+      b.add_kernel({}, mb.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 7u);
+      const Graph newer = b.instantiate();
+      if (step == 0 && emu) live_before = custream_test::emu_live_objects();
+      g.update(newer);
+      g.update(newer);  // the same source twice: held once
+    }
+    g.launch(s);
+    CHECK(words(s, data) == std::vector<std::uint32_t>(n, 1u + 7u * (step + 1)));
+  }
+  if (emu) {
+    // No keeper (a captured Graph): each source builder (module and graph) is held for the
+    // Graph's life: the first source's executable and keeper went with its Graph (-2), the
+    // second source's module and builder graph are held beside the first's (+2).
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() == live_before);
+  }
+}
+
 TEST_CASE("graph builder: a child graph's payloads live as long as the parent",
           "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
@@ -559,9 +601,8 @@ TEST_CASE("graph builder: a graph instantiated for device launch runs; a host no
   g.add_memcpy(fill, b.get(), a.get(), n * 4);
   // Launchable from the device (a kernel of the user's calls cudaGraphLaunch on exec()) and
   // from the host, as here.
-  Graph exec = g.instantiate(custream::InstantiateFlags::device_launch |
-                             custream::InstantiateFlags::upload,
-                             s);
+  Graph exec = g.instantiate(
+      custream::InstantiateFlags::device_launch | custream::InstantiateFlags::upload, s);
   CHECK(exec.flags() ==
         (custream::InstantiateFlags::device_launch | custream::InstantiateFlags::upload));
   exec.launch(s);
