@@ -15,6 +15,7 @@
 #include "custream/host_function.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "driver.hpp"
+#include "graph/nodes.hpp"
 #include "graph_builder/conditional.hpp"
 #include "handler_slot.hpp"
 #include "support/task_ptr.hpp"
@@ -185,14 +186,8 @@ struct RunOnceNode {
 
 std::vector<RunOnceNode> find_run_once_nodes(CUgraph graph) {
   const detail::Subject subject = detail::graph_subject(graph);
-  std::size_t count = 0;
-  detail::call<&DriverApi::cuGraphGetNodes>(subject, graph, nullptr, &count);
   std::vector<RunOnceNode> found;
-  if (count == 0) return found;
-  std::vector<CUgraphNode> nodes(count);
-  detail::call<&DriverApi::cuGraphGetNodes>(subject, graph, nodes.data(), &count);
-  nodes.resize(count);
-  for (CUgraphNode node : nodes) {
+  for (CUgraphNode node : detail::graph_nodes(graph)) {  // graph/nodes.hpp
     CUgraphNodeType type{};
     detail::call<&DriverApi::cuGraphNodeGetType>(subject, node, &type);
     if (type != CU_GRAPH_NODE_TYPE_HOST) continue;

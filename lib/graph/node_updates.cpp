@@ -14,6 +14,7 @@
 #include "custream/host_function_error.hpp"
 #include "driver.hpp"
 #include "error.hpp"
+#include "graph/nodes.hpp"
 #include "graph/owner.hpp"
 #include "graph_builder/owner.hpp"
 #include "host_function.hpp"
@@ -553,15 +554,7 @@ bool kind_of(CUgraphNodeType type, GraphNodeKind& kind) noexcept {
 std::vector<GraphNode> Graph::nodes() const {
   if (graph_ == nullptr) detail::refuse_empty_graph("custream::Graph::nodes");
   const detail::Subject subject = detail::graph_subject(graph_);
-  std::size_t count = 0;
-  detail::call<&DriverApi::cuGraphGetNodes>(subject, static_cast<CUgraph>(graph_),
-                                            static_cast<CUgraphNode*>(nullptr), &count);
-  std::vector<CUgraphNode> handles(count);
-  if (count > 0) {
-    detail::call<&DriverApi::cuGraphGetNodes>(subject, static_cast<CUgraph>(graph_), handles.data(),
-                                              &count);
-    handles.resize(count);
-  }
+  const std::vector<CUgraphNode> handles = detail::graph_nodes(graph_);  // graph/nodes.hpp
   std::vector<GraphNode> out;
   out.reserve(handles.size());
   for (CUgraphNode h : handles) {

@@ -19,6 +19,7 @@
 #include "custream/error.hpp"
 #include "custream/graph_capture_scope.hpp"
 #include "driver.hpp"
+#include "graph/nodes.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
 #include "owner.hpp"
@@ -86,15 +87,9 @@ std::vector<Sink> capture_sinks(StreamRef s, CUgraph graph) {
   return sinks;
 }
 
-// The nodes of `graph`, sorted. @throws Error.
-std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
-  std::size_t count = 0;
-  detail::call<&DriverApi::cuGraphGetNodes>(detail::graph_subject(graph), graph,
-                                            static_cast<CUgraphNode*>(nullptr), &count);
-  std::vector<CUgraphNode> nodes(count);
-  detail::call<&DriverApi::cuGraphGetNodes>(detail::graph_subject(graph), graph, nodes.data(),
-                                            &count);
-  nodes.resize(count);
+// The nodes of `graph`, sorted (for binary_search). @throws Error.
+std::vector<CUgraphNode> sorted_nodes(CUgraph graph) {
+  std::vector<CUgraphNode> nodes = detail::graph_nodes(graph);  // graph/nodes.hpp
   std::sort(nodes.begin(), nodes.end());
   return nodes;
 }
@@ -103,7 +98,7 @@ std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
 // their kinds and edges, as the builder's add_… records its own (owner.hpp). @throws Error.
 void record_captured(detail::BuilderOwner& owner, CUgraph graph,
                      const std::vector<CUgraphNode>& before) {
-  for (CUgraphNode node : graph_nodes(graph)) {
+  for (CUgraphNode node : detail::graph_nodes(graph)) {
     if (std::binary_search(before.begin(), before.end(), node)) continue;
     CUgraphNodeType type{};
     detail::call<&DriverApi::cuGraphNodeGetType>(detail::graph_subject(graph), node, &type);
@@ -169,7 +164,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
     }
     deps.push_back(node.handle());
   }
-  before_ = graph_nodes(graph);
+  before_ = sorted_nodes(graph);
   std::optional<ContextScope> scope;
   CUresult r = CUDA_SUCCESS;
   {

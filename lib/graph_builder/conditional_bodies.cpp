@@ -14,6 +14,7 @@
 #include "custream/graph_builder.hpp"
 #include "custream/stream_ref.hpp"
 #include "driver.hpp"
+#include "graph/nodes.hpp"
 #include "owner.hpp"
 #include "error.hpp"
 
@@ -131,12 +132,7 @@ const char* type_kind(CUgraphNodeType type) noexcept {
 // The first node of `graph` (or of its child graphs) a body does not accept, as its kind's
 // name; nullptr when there is none.
 const char* first_refused(CUgraph graph) {
-  std::size_t count = 0;
-  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, static_cast<CUgraphNode*>(nullptr),
-                                    &count);
-  std::vector<CUgraphNode> nodes(count);
-  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);
-  for (CUgraphNode node : nodes) {
+  for (CUgraphNode node : graph_nodes(graph)) {
     CUgraphNodeType type{};
     call<&DriverApi::cuGraphNodeGetType>(graph_subject(graph), node, &type);
     if (const char* kind = type_kind(type)) return kind;
@@ -229,12 +225,7 @@ void check_body_accepts_child(const BuilderOwner& owner, CUgraph graph, CUgraph 
 
 std::string body_rule_hint(CUgraph graph) noexcept {
   try {
-    std::size_t count = 0;
-    call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph,
-                                      static_cast<CUgraphNode*>(nullptr), &count);
-    std::vector<CUgraphNode> nodes(count);
-    call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);
-    for (CUgraphNode node : nodes) {
+    for (CUgraphNode node : graph_nodes(graph)) {
       for (CUgraph body : bodies_of(node)) {  // custream's conditional nodes only
         const std::optional<BodyInfo> info = find_body(body);
         if (!info) continue;
