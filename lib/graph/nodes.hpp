@@ -13,8 +13,8 @@ namespace custream::detail {
 /// The top-level nodes of `graph`, in the driver's order. @throws Error naming the graph.
 inline std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
   std::size_t count = 0;
-  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph,
-                                    static_cast<CUgraphNode*>(nullptr), &count);
+  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, static_cast<CUgraphNode*>(nullptr),
+                                    &count);
   std::vector<CUgraphNode> nodes(count);
   if (count > 0) {
     call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);

@@ -12,13 +12,13 @@
 #include <mutex>
 #include <optional>
 
-#include "error.hpp"
 #include "conditional.hpp"
 #include "custream/capture.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_capture_scope.hpp"
 #include "driver.hpp"
+#include "error.hpp"
 #include "graph/nodes.hpp"
 #include "host_function.hpp"
 #include "library.hpp"
@@ -145,8 +145,8 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
   const CUgraph graph = into_.handle();
   if (graph == nullptr) {
     detail::throw_error(CUDA_ERROR_INVALID_VALUE, kScope, "empty custream::GraphBuilder",
-                "custream refused it without calling the driver: the GraphBuilder holds no "
-                "graph (default-constructed or moved from)");
+                        "custream refused it without calling the driver: the GraphBuilder holds no "
+                        "graph (default-constructed or moved from)");
   }
   if (stream_.handle() == nullptr || stream_.handle() == CU_STREAM_LEGACY) {
     detail::throw_stream_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, kScope, stream_,
@@ -158,9 +158,9 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
   for (const GraphNode& node : after) {
     if (node.graph() != graph) {
       detail::throw_error(CUDA_ERROR_INVALID_VALUE, kScope, "graph " + detail::pointer_text(graph),
-                  "custream refused it without calling the driver: the dependency " +
-                      detail::pointer_text(node.handle()) + " is a node of graph " +
-                      detail::pointer_text(node.graph()) + ", not of the builder's");
+                          "custream refused it without calling the driver: the dependency " +
+                              detail::pointer_text(node.handle()) + " is a node of graph " +
+                              detail::pointer_text(node.graph()) + ", not of the builder's");
     }
     deps.push_back(node.handle());
   }

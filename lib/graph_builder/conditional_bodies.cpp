@@ -14,9 +14,9 @@
 #include "custream/graph_builder.hpp"
 #include "custream/stream_ref.hpp"
 #include "driver.hpp"
+#include "error.hpp"
 #include "graph/nodes.hpp"
 #include "owner.hpp"
-#include "error.hpp"
 
 namespace custream {
 namespace detail {
