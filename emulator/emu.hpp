@@ -456,10 +456,10 @@ Graph* new_graph();
 /// included) holds a node of a kind a body may not hold: host, event record and wait, memory
 /// allocation and free. The driver accepts such nodes when they are added or captured.
 constexpr CUresult kBodyNodeRefused = CUDA_ERROR_INVALID_VALUE;  // so on an H100, driver 580
-/// kBodyNodeRefused (and *result NODE_OPERATION_NOT_SUPPORTED) when a conditional body of g,
-/// at any depth, holds a node of a kind a body may not hold; else CUDA_SUCCESS
-/// (graph_nodes.cpp).
-CUresult check_bodies(const Graph& g, CUgraphInstantiateResult* result);
+/// kBodyNodeRefused when a conditional body of g, at any depth, holds a node of a kind a body
+/// may not hold; else CUDA_SUCCESS (graph_nodes.cpp). The instantiation's result_out stays
+/// CUDA_GRAPH_INSTANTIATE_ERROR: what the driver reports there is not measured.
+CUresult check_bodies(const Graph& g);
 /// Sets a conditional handle of the executable running on this thread (a kernel's CPU
 /// implementation calls it, through custream_emu_set_conditional); false when no launch
 /// running on this thread has that handle (graph_exec.cpp).

@@ -126,7 +126,7 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
       }
     }
   }
-  if (CUresult r = check_bodies(*g, result)) return r;
+  if (CUresult r = check_bodies(*g)) return r;
   Stream* up = nullptr;
   if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
     if (CUresult r = resolve_stream(upload, &up)) return r;

@@ -389,22 +389,19 @@ bool body_may_hold(CUgraphNodeType type) {
 }
 }  // namespace
 
-CUresult check_bodies(const Graph& g, CUgraphInstantiateResult* result) {
-  CUresult r = CUDA_SUCCESS;
+CUresult check_bodies(const Graph& g) {
+  bool refused = false;
   for (const auto& n : g.nodes) {
-    if (n->work.type != CU_GRAPH_NODE_TYPE_CONDITIONAL) continue;
-    for (const Graph* b : n->bodies) {
-      each_node(*b, [&](const Node& inner) {
-        if (!r && !body_may_hold(inner.work.type)) r = kBodyNodeRefused;
-      });
+    if (n->work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {  // its bodies, nested ones included
+      for (const Graph* b : n->bodies) {
+        each_node(*b, [&](const Node& inner) { refused |= !body_may_hold(inner.work.type); });
+      }
+    } else if (n->work.type == CU_GRAPH_NODE_TYPE_GRAPH) {  // conditional nodes of a child
+      refused |= check_bodies(*n->bodies[0]) != CUDA_SUCCESS;
     }
+    if (refused) return kBodyNodeRefused;
   }
-  for (const auto& n : g.nodes) {  // conditional nodes inside child graphs
-    if (r) break;
-    if (n->work.type == CU_GRAPH_NODE_TYPE_GRAPH) r = check_bodies(*n->bodies[0], result);
-  }
-  if (r && result) *result = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
-  return r;
+  return CUDA_SUCCESS;
 }
 
 CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem_size,
