@@ -446,45 +446,57 @@ TEST_CASE("graph builder: kernel nodes of modules and libraries", "[graph-builde
   CHECK(v[n - 1] == 10u);
 }
 
+// U7's tests: a word array set to 1, and updates from builders made and dropped on the spot.
+struct UpdateSources {
+  const Context ctx = Device(0).primary_context();
+  const Stream s{Device(0), StreamFlags::non_blocking};
+  static constexpr std::uint32_t n = custream_test::kN;
+  DeviceBuffer data{n * 4};
+  UpdateSources() {
+    register_builder_add();
+    s.memset32(data.get(), 1, n);
+    s.synchronize();
+  }
+  // Updates `g` `steps` times (`twice` each), each from the Graph of a new builder whose kernel,
+  // of a module of its own, adds 7; module, builder and Graph are dropped before g launches.
+  // Checks every launch's words; returns the emulator's live objects counted at the first
+  // update (0 on a GPU).
+  long update_from_new_builders(Graph& g, int steps, bool twice) {
+    long live_before = 0;
+    for (int step = 0; step < steps; ++step) {
+      {
+        const custream::Module mb = custream::Module::from_ptx(kPtx, ctx);
+        GraphBuilder b(ctx);
+        b.add_kernel({}, mb.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 7u);
+        const Graph newer = b.instantiate();
+        if (step == 0 && custream_test::emulated()) live_before = custream_test::emu_live_objects();
+        g.update(newer);
+        if (twice) g.update(newer);  // the same source again: held once
+      }
+      g.launch(s);
+      CHECK(words(s, data) == std::vector<std::uint32_t>(n, 1u + 7u * (step + 1)));
+    }
+    return live_before;
+  }
+};
+
 TEST_CASE("graph builder: a Graph updated from another builder's graph keeps what it launches",
           "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
-  register_builder_add();
-  const Context ctx = Device(0).primary_context();
-  const Stream s(Device(0), StreamFlags::non_blocking);
-  constexpr std::uint32_t n = custream_test::kN;
-  DeviceBuffer data(n * 4);
-  s.memset32(data.get(), 1, n);
-  s.synchronize();
-  const custream::Module ma = custream::Module::from_ptx(kPtx, ctx);
-  GraphBuilder a(ctx);
-  a.add_kernel({}, ma.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 2u);
+  UpdateSources u;
+  const custream::Module ma = custream::Module::from_ptx(kPtx, u.ctx);
+  GraphBuilder a(u.ctx);
+  a.add_kernel({}, ma.kernel("builder_add"), LaunchConfig{{1}, {u.n}}, u.data.get(), u.n, 2u);
   Graph g = a.instantiate();
-  const bool emu = custream_test::emulated();
-  long live_before = 0;
-  for (int step = 0; step < 3; ++step) {
-    {
-      // A module of its own, dropped with its builder and Graph once g runs its kernel.
-      const custream::Module mb = custream::Module::from_ptx(kPtx, ctx);
-      GraphBuilder b(ctx);
-      b.add_kernel({}, mb.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 7u);
-      const Graph newer = b.instantiate();
-      if (step == 0 && emu) live_before = custream_test::emu_live_objects();
-      g.update(newer);
-    }
-    g.launch(s);
-    CHECK(words(s, data) == std::vector<std::uint32_t>(n, 1u + 7u * (step + 1)));
-  }
-  if (emu) {
+  const long live_before = u.update_from_new_builders(g, 3, false);
+  if (custream_test::emulated()) {
     // Counted at the first update: g's objects, the first source's module and builder graph,
     // and its Graph's executable and keeper. Now: the last source's module and builder graph
     // are held by g (not its executable or keeper, gone with its Graph); the earlier sources
     // went after the launch that followed their replacement (bounded, not one per update).
     CHECK(custream_test::emu_wait_idle());
     CHECK(custream_test::emu_live_objects() == live_before - 2);
-  }
-  g = Graph();
-  if (emu) {
+    g = Graph();
     CHECK(custream_test::emu_wait_idle());
     CHECK(custream_test::emu_live_objects() < live_before - 2);  // g let go of the last source
   }
@@ -493,36 +505,16 @@ TEST_CASE("graph builder: a Graph updated from another builder's graph keeps wha
 TEST_CASE("graph builder: a captured Graph updated from a builder's graph holds that builder",
           "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
-  register_builder_add();
-  const Context ctx = Device(0).primary_context();
-  const Stream s(Device(0), StreamFlags::non_blocking);
-  constexpr std::uint32_t n = custream_test::kN;
-  DeviceBuffer data(n * 4);
-  s.memset32(data.get(), 1, n);
-  s.synchronize();
-  const custream::Module ma = custream::Module::from_ptx(kPtx, ctx);
+  UpdateSources u;
+  const custream::Module ma = custream::Module::from_ptx(kPtx, u.ctx);
   Graph g;
   {
-    custream::CaptureScope capture(s);
-    ma.kernel("builder_add").launch(s, LaunchConfig{{1}, {n}}, data.get(), n, 2u);
+    custream::CaptureScope capture(u.s);
+    ma.kernel("builder_add").launch(u.s, LaunchConfig{{1}, {u.n}}, u.data.get(), u.n, 2u);
     g = capture.end();
   }
-  const bool emu = custream_test::emulated();
-  long live_before = 0;
-  for (int step = 0; step < 2; ++step) {
-    {
-      const custream::Module mb = custream::Module::from_ptx(kPtx, ctx);
-      GraphBuilder b(ctx);
-      b.add_kernel({}, mb.kernel("builder_add"), LaunchConfig{{1}, {n}}, data.get(), n, 7u);
-      const Graph newer = b.instantiate();
-      if (step == 0 && emu) live_before = custream_test::emu_live_objects();
-      g.update(newer);
-      g.update(newer);  // the same source twice: held once
-    }
-    g.launch(s);
-    CHECK(words(s, data) == std::vector<std::uint32_t>(n, 1u + 7u * (step + 1)));
-  }
-  if (emu) {
+  const long live_before = u.update_from_new_builders(g, 2, true);
+  if (custream_test::emulated()) {
     // No keeper (a captured Graph): each source builder (module and graph) is held for the
     // Graph's life: the first source's executable and keeper went with its Graph (-2), the
     // second source's module and builder graph are held beside the first's (+2).
