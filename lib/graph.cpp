@@ -196,15 +196,25 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
 }
 
 // update() from a builder's graph: the executable runs what that builder owns from now on, so
-// the Graph holds it (graphs.md, U7).
+// the Graph holds it, and retires the source it replaces (graphs.md, U7). A Graph without a
+// keeper (captured, adopted) gets one here: `newer` carries it into the executable (U4).
 [[gnu::cold, gnu::noinline]] void update_from_builder(
     detail::GraphOwner& o, const detail::Shared<detail::BuilderOwner>& source, CUgraph newer) {
+  detail::NodeUpdates& u = o.updates;
   detail::PayloadPtr spare = detail::prepare_update_source(o);  // may throw: nothing changed
-  if (o.updates.active) {
-    update_exec_with_nodes(o, newer);
-  } else {
-    update_exec(o.graph, o.exec, newer);
-  }
+  struct NewKeeper {
+    detail::NodeUpdates& u;
+    CUgraph newer;
+    bool made, was_active, updated = false;
+    ~NewKeeper() {
+      if (!made) return;
+      detail::drop_keeper_from_graph(u, newer);  // the executable's alone, or gone with it
+      if (!updated) detail::forget_keeper(u, was_active);
+    }
+  } keeper{u, newer, u.kept == nullptr, u.active};
+  if (keeper.made) detail::make_keeper(u, newer);  // may throw: nothing changed
+  update_exec_with_nodes(o, newer);
+  keeper.updated = true;
   detail::set_update_source(o, source, std::move(spare));
 }
 

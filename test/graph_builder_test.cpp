@@ -18,6 +18,7 @@
 #include "custream/device_buffer.hpp"
 #include "custream/event.hpp"
 #include "custream/graph_instantiate_error.hpp"
+#include "custream/graph_update_error.hpp"
 #include "custream/host_function_error_handler.hpp"
 #include "custream/kernel.hpp"
 #include "custream/library.hpp"
@@ -502,7 +503,7 @@ TEST_CASE("graph builder: a Graph updated from another builder's graph keeps wha
   }
 }
 
-TEST_CASE("graph builder: a captured Graph updated from a builder's graph holds that builder",
+TEST_CASE("graph builder: a captured Graph updated from builders' graphs holds the last source",
           "[graph-builder][gpu]") {
   REQUIRE_ADD_NODE();
   UpdateSources u;
@@ -513,13 +514,30 @@ TEST_CASE("graph builder: a captured Graph updated from a builder's graph holds 
     ma.kernel("builder_add").launch(u.s, LaunchConfig{{1}, {u.n}}, u.data.get(), u.n, 2u);
     g = capture.end();
   }
-  const long live_before = u.update_from_new_builders(g, 2, true);
+  {
+    // A refused update (another topology) leaves no keeper behind: nothing more is alive.
+    GraphBuilder two(u.ctx);
+    two.add_empty(two.add_empty({}));
+    const Graph other = two.instantiate();
+    const long before = custream_test::emulated() ? custream_test::emu_live_objects() : 0;
+    CHECK_THROWS_AS(g.update(other), custream::GraphUpdateError);
+    if (custream_test::emulated()) {
+      CHECK(custream_test::emu_wait_idle());
+      CHECK(custream_test::emu_live_objects() == before);
+    }
+  }
+  const long live_before = u.update_from_new_builders(g, 3, true);
   if (custream_test::emulated()) {
-    // No keeper (a captured Graph): each source builder (module and graph) is held for the
-    // Graph's life: the first source's executable and keeper went with its Graph (-2), the
-    // second source's module and builder graph are held beside the first's (+2).
+    // Counted at the first update: g's objects, the first source's module, builder graph,
+    // executable and keeper. Now: those four went (the source's Graph with its scope, the
+    // module and builder graph after the launch that followed their replacement); g holds the
+    // last source's module and builder graph, and the keeper its first update gave it (-4 +3):
+    // bounded, not one source per update.
     CHECK(custream_test::emu_wait_idle());
-    CHECK(custream_test::emu_live_objects() == live_before);
+    CHECK(custream_test::emu_live_objects() == live_before - 1);
+    g = Graph();
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() < live_before - 4);  // g let go of all of it
   }
 }
 

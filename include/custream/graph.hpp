@@ -115,8 +115,8 @@ class Graph {
   /// every node now runs `newer`'s parameters. When `newer` was made by a GraphBuilder, this
   /// Graph holds that builder (its modules, events, child graphs, graph memory), since the
   /// executable now runs them; the builder of an earlier such update is released once the
-  /// launches enqueued before this one have finished (on a Graph not made by a GraphBuilder,
-  /// each such builder is held as long as this Graph). Not thread-safe for one Graph:
+  /// launches enqueued before this one have finished (a captured or adopted Graph gets the
+  /// keeper that takes care of it with its first such update). Not thread-safe for one Graph:
   /// serialize update(), launch() and upload() of the same Graph (different Graphs may be
   /// updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
@@ -192,7 +192,8 @@ class Graph {
   /// launch enqueued before this call has finished: after the next launch() of this Graph
   /// finishes, or once the executable is gone and its launches have finished (a raw
   /// cuGraphLaunch on exec() is covered by the latter only). Only for a Graph made by a
-  /// GraphBuilder (a captured or adopted Graph is refused: it has no keeper for payloads).
+  /// GraphBuilder, or updated from one's Graph (a captured or adopted Graph is refused until
+  /// then: it has no keeper for payloads).
   /// The callable runs on the driver's thread: it must not call CUDA; an exception it throws
   /// goes to the host-function error handler. Its destructor may run on a driver thread.
   /// @throws Error as update_kernel() (then `callable`'s copy is destroyed, the old one kept);
@@ -204,8 +205,8 @@ class Graph {
   /// Replaces child-graph node `node`'s graph with `child`'s (cuGraphExecChildGraphNodeSetParams:
   /// the same topology, node insertion order and kinds as the child it replaces). The executable
   /// holds `child`'s graph and payloads while a launch can run them; the child they replace (an
-  /// earlier set_child's) is released as set_host's payload. Only for a Graph made by a
-  /// GraphBuilder. @throws Error as update_kernel().
+  /// earlier set_child's) is released as set_host's payload. Only for a Graph set_host takes.
+  /// @throws Error as update_kernel().
   void set_child(GraphNode node, const GraphBuilder& child);
 
   /// Enables or disables kernel, memset or memcpy node `node` for later launches

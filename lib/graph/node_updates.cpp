@@ -220,31 +220,28 @@ bool has_attributes(const LaunchConfig& c) noexcept {
 // --- Whole-graph updates from a builder's graph (U7) ---
 
 PayloadPtr prepare_update_source(GraphOwner& o) {
-  if (o.updates.kept == nullptr) {
-    o.update_sources.reserve(o.update_sources.size() + 1);
-    return nullptr;
-  }
-  o.updates.kept->retired.reserve(o.updates.kept->retired.size() + 1);
+  if (!o.update_source) return nullptr;                                 // nothing to retire
+  o.updates.kept->retired.reserve(o.updates.kept->retired.size() + 1);  // a source has a keeper
   return PayloadPtr(new ChildPayload(Shared<BuilderOwner>()));
 }
 
 void set_update_source(GraphOwner& o, const Shared<BuilderOwner>& source,
                        PayloadPtr spare) noexcept {
-  if (source.get() == o.builder.get()) return;  // the builder it was instantiated from
-  if (o.updates.kept == nullptr) {              // no keeper: held for the Graph's life, once each
-    for (const Shared<BuilderOwner>& held : o.update_sources) {
-      if (held.get() == source.get()) return;
-    }
-    o.update_sources.push_back(source);  // reserved: no throw
-    return;
-  }
-  if (o.update_source.get() == source.get()) return;
+  // The builder it was instantiated from is held already: no source of its own then.
+  const bool own = source.get() == o.builder.get();
+  if (o.update_source.get() == (own ? nullptr : source.get())) return;
   if (o.update_source) {  // what launches enqueued before this update may still run (U3)
     static_cast<ChildPayload&>(*spare).owner = std::move(o.update_source);
     o.updates.kept->retired.push_back(std::move(spare));  // reserved: no throw
     o.updates.retire_pending.store(true, std::memory_order_relaxed);
   }
-  o.update_source = source;
+  o.update_source = own ? Shared<BuilderOwner>() : source;
+}
+
+void forget_keeper(NodeUpdates& u, bool was_active) noexcept {
+  u.keeper = nullptr;
+  u.kept = nullptr;  // freed by the keeper's destructor, once its last reference went
+  u.active = was_active;
 }
 
 }  // namespace detail
@@ -433,9 +430,9 @@ void make_room(detail::NodeUpdates& u) {
 [[noreturn, gnu::cold]] void refuse_no_keeper(const char* call, GraphNode node, CUgraph graph,
                                               CUgraphExec exec) {
   detail::refuse(call, node, graph, exec,
-                 "only a Graph made by a GraphBuilder owns the payloads a per-node update gives "
-                 "(a captured or adopted Graph has no keeper for them; update it from a newer "
-                 "capture instead)",
+                 "only a Graph made by a GraphBuilder (or updated from one's Graph) owns the "
+                 "payloads a per-node update gives (a captured or adopted Graph has no keeper for "
+                 "them; update it from a newer capture instead)",
                  CUDA_ERROR_NOT_SUPPORTED);
 }
 }  // namespace

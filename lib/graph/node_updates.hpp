@@ -79,15 +79,19 @@ void before_whole_update(NodeUpdates& u, CUgraph newer);
 /// success the current payloads are retired (every node now runs `newer`'s parameters) and the
 /// cached kernel nodes forgotten. Never throws.
 void after_whole_update(NodeUpdates& u, CUgraph newer, bool updated) noexcept;
-/// Before a whole-graph update from a builder's graph: room for set_update_source, and the
-/// payload it may retire (null without a keeper). @throws std::bad_alloc (nothing changed).
+/// Before a whole-graph update from a builder's graph: room for set_update_source to retire
+/// the current source, and the payload it goes into (null when there is none).
+/// @throws std::bad_alloc (nothing changed).
 PayloadPtr prepare_update_source(GraphOwner& o);
-/// After that update succeeded: the executable runs what `source` owns (modules, events,
-/// children, graph memory), so `o` holds it (U7): as the current update source, the one it
-/// replaces retired (released after the next launch finishes, U3); without a keeper, in
-/// `o.update_sources` for the Graph's life, once each. Never throws (`spare` and the room).
+/// After that update succeeded (`o` has a keeper): the executable runs what `source` owns
+/// (modules, events, children, graph memory), so `o` holds it as its update source (U7); the
+/// source it replaces is retired (released after the next launch finishes, U3). Never throws
+/// (`spare` and the room were made before).
 void set_update_source(GraphOwner& o, const Shared<BuilderOwner>& source,
                        PayloadPtr spare) noexcept;
+/// Undoes make_keeper after the keeper's only reference went with a failed update: `u` has
+/// no keeper again, and `was_active` as before. Never throws.
+void forget_keeper(NodeUpdates& u, bool was_active) noexcept;
 /// Enqueues on `stream`, after the launch just made, the release of the retired payloads (U3).
 /// Never throws: when the driver refuses, they stay retired (the next launch or the keeper).
 [[gnu::cold]] void release_retired_after(NodeUpdates& u, CUstream stream) noexcept;

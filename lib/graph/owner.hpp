@@ -5,8 +5,6 @@
 
 #include <cuda.h>
 
-#include <vector>
-
 #include "custream/context.hpp"
 #include "graph/node_updates.hpp"
 #include "library.hpp"
@@ -24,10 +22,9 @@ struct GraphOwner : Counted {
   Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
   GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
   Shared<BuilderOwner> builder;        // the builder it was instantiated from (graphs.md, Builders)
-  Shared<BuilderOwner> update_source;  // the builder of the last update's graph (keeper: U7)
-  std::vector<Shared<BuilderOwner>> update_sources;  // without a keeper: every one (U7)
-  CUcontext context = nullptr;  // the context it was instantiated in (memset/memcpy updates)
-  NodeUpdates updates;          // per-node updates (graphs.md, "Per-node updates")
+  Shared<BuilderOwner> update_source;  // the builder of the last update's graph (U7)
+  CUcontext context = nullptr;         // the context it was instantiated in (memset/memcpy updates)
+  NodeUpdates updates;                 // per-node updates (graphs.md, "Per-node updates")
 };
 
 }  // namespace custream::detail
