@@ -330,6 +330,9 @@ struct ExecCore {
 
 struct GraphExec {
   std::shared_ptr<ExecCore> core;  // replaced, never written, once a launch may hold it
+  /// The graph instantiated, while it lives and holds a conditional or allocation node (one
+  /// executable of it at a time, kSecondExecutable); null otherwise (cleared by destroy_graph).
+  const Graph* single_source = nullptr;
   Context* ctx = nullptr;
   /// Where each node of the instantiated graph (its bodies' included) is in core: node index,
   /// then body index and node index for each level of nesting (per-node updates).
@@ -460,6 +463,14 @@ constexpr CUresult kBodyNodeRefused = CUDA_ERROR_INVALID_VALUE;  // so on an H10
 /// may not hold; else CUDA_SUCCESS (graph_nodes.cpp). The instantiation's result_out stays
 /// CUDA_GRAPH_INSTANTIATE_ERROR: what the driver reports there is not measured.
 CUresult check_bodies(const Graph& g);
+/// What instantiating a graph answers while another executable of it lives, when the graph (at
+/// any depth) holds a conditional node (measured: CUDA_ERROR_NOT_SUPPORTED for a WHILE graph on
+/// an H100, driver 580) or a memory allocation node (cuGraphInstantiate's page: "at most one
+/// executable graph"; the code answered there is not measured, the same is assumed).
+constexpr CUresult kSecondExecutable = CUDA_ERROR_NOT_SUPPORTED;
+/// Whether g (bodies and child graphs included) holds a conditional or memory allocation node
+/// (graph_nodes.cpp).
+bool one_executable_at_a_time(const Graph& g);
 /// Sets a conditional handle of the executable running on this thread (a kernel's CPU
 /// implementation calls it, through custream_emu_set_conditional); false when no launch
 /// running on this thread has that handle (graph_exec.cpp).

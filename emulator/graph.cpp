@@ -366,6 +366,10 @@ void destroy_graph(Graph* g) {
       cap->graph = nullptr;
     }
   }
+  for (const void* e : s.execs) {  // a later graph at this address is another graph
+    auto* exec = const_cast<GraphExec*>(static_cast<const GraphExec*>(e));
+    if (exec->single_source == g) exec->single_source = nullptr;
+  }
   s.graphs.erase(g);
   delete g;  // releases the graph's user-object references
 }

@@ -127,6 +127,12 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
     }
   }
   if (CUresult r = check_bodies(*g)) return r;
+  const bool single = one_executable_at_a_time(*g);
+  if (single) {
+    for (const void* other : s.execs) {
+      if (static_cast<const GraphExec*>(other)->single_source == g) return kSecondExecutable;
+    }
+  }
   Stream* up = nullptr;
   if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
     if (CUresult r = resolve_stream(upload, &up)) return r;
@@ -152,6 +158,7 @@ CUresult instantiate(CUgraphExec* ph, CUgraph h, unsigned long long flags, CUstr
   }
   e->conds = make_conds(b);
   e->ctx = ctx;
+  if (single) e->single_source = g;
   GraphExec* raw = e.release();
   s.execs.insert(raw);
   s.live.fetch_add(1);

@@ -404,6 +404,15 @@ CUresult check_bodies(const Graph& g) {
   return CUDA_SUCCESS;
 }
 
+bool one_executable_at_a_time(const Graph& g) {
+  bool found = false;
+  each_node(g, [&](const Node& n) {
+    found |= n.work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
+             n.work.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  });
+  return found;
+}
+
 CUresult memset_work(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem_size,
                      size_t width, size_t height, Work* w) {
   if (!dst) return CUDA_ERROR_INVALID_VALUE;

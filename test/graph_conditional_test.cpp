@@ -479,6 +479,25 @@ TEST_CASE("a raw host function captured into a body fails instantiation, naming 
                "holds a host node: a conditional body accepts only kernel, memset, memcpy");
 }
 
+TEST_CASE("a graph with a conditional node has one executable at a time, the error says so",
+          "[graph-conditional][gpu]") {
+  REQUIRE_CONDITIONALS();
+  const Kernels& k = kernels();
+  Stream s = Stream::create();
+  Cell data(s, 0);
+  GraphBuilder b = GraphBuilder::create();
+  b.add_while({}, b.add_condition(0)).body().add_kernel({}, k.add, kOne, data.ptr(), 1u);
+  {
+    const Graph first = b.instantiate();
+    expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_NOT_SUPPORTED,
+                 "the graph holds a conditional node, and the driver makes one executable of "
+                 "such a graph at a time");
+    CHECK(run(first, s, data) == 0);  // the refusal left the first one as it was
+  }
+  const Graph second = b.instantiate();  // the first one gone: made
+  CHECK(run(second, s, data) == 0);
+}
+
 TEST_CASE("host functions captured into a builder: the graph owns them, exactly once",
           "[graph-conditional][gpu]") {
   REQUIRE_CONDITIONALS();

@@ -69,6 +69,10 @@ void check_body_accepts_child(const BuilderOwner& owner, CUgraph graph, CUgraph 
 /// captured into it, say), "; body … holds a host node: <the rule>"; else empty. What a failed
 /// instantiation (CUDA_ERROR_INVALID_VALUE) adds to its message. Never throws.
 std::string body_rule_hint(CUgraph graph) noexcept;
+/// When `graph` (or a child graph of it) holds a conditional or memory allocation node,
+/// "; the graph holds a … node: <the one-executable rule>"; else empty. What a failed
+/// instantiation (CUDA_ERROR_NOT_SUPPORTED) adds to its message. Never throws.
+std::string one_executable_hint(CUgraph graph) noexcept;
 /// Refuses (Error CUDA_ERROR_INVALID_CONTEXT, without calling the driver) a kernel of
 /// `context` added to `graph` when `graph` is a body of another context's conditional node.
 /// Returns at once (no registry lookup) when `graph` is `owner`'s root.

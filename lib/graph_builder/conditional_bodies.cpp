@@ -145,6 +145,23 @@ const char* first_refused(CUgraph graph) {
   return nullptr;
 }
 
+// The first conditional or memory allocation node of `graph` or of its child graphs, as its
+// kind's name; nullptr when there is none.
+const char* first_single_executable(CUgraph graph) {
+  for (CUgraphNode node : graph_nodes(graph)) {
+    CUgraphNodeType type{};
+    call<&DriverApi::cuGraphNodeGetType>(graph_subject(graph), node, &type);
+    if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return "conditional";
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return "memory allocation";
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph inner = nullptr;
+      call<&DriverApi::cuGraphChildGraphNodeGetGraph>(graph_subject(graph), node, &inner);
+      if (const char* kind = first_single_executable(inner)) return kind;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void register_bodies(const BodyInfo& info, const CUgraph* graphs) {
@@ -235,6 +252,19 @@ std::string body_rule_hint(CUgraph graph) noexcept {
         std::string inner = body_rule_hint(body);  // nested conditional nodes
         if (!inner.empty()) return inner;
       }
+    }
+  } catch (...) {  // a hint, not the error: none when the graph cannot be read
+  }
+  return {};
+}
+
+std::string one_executable_hint(CUgraph graph) noexcept {
+  try {
+    if (const char* kind = first_single_executable(graph)) {
+      return std::string("; the graph holds a ") + kind +
+             " node, and the driver makes one executable of such a graph at a time: it refuses "
+             "another while one lives (destroy the other Graph instantiated from it first, or "
+             "update that one in place)";
     }
   } catch (...) {  // a hint, not the error: none when the graph cannot be read
   }
