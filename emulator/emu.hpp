@@ -463,10 +463,14 @@ constexpr CUresult kBodyNodeRefused = CUDA_ERROR_INVALID_VALUE;  // so on an H10
 /// may not hold; else CUDA_SUCCESS (graph_nodes.cpp). The instantiation's result_out stays
 /// CUDA_GRAPH_INSTANTIATE_ERROR: what the driver reports there is not measured.
 CUresult check_bodies(const Graph& g);
+/// What the emulator answers where driver 580 crashes (SIGSEGV, measured on an H100) for want
+/// of a current context, whatever context the parameters name: cuGraphAddNode of a kernel node
+/// to a conditional body, and cuGraphExecKernelNodeSetParams. An error instead of a crash, so
+/// that a test sees a caller that forgot to make the context current.
+constexpr CUresult kNoCurrentContext = CUDA_ERROR_INVALID_CONTEXT;
 /// What instantiating a graph answers while another executable of it lives, when the graph (at
-/// any depth) holds a conditional node (measured: CUDA_ERROR_NOT_SUPPORTED for a WHILE graph on
-/// an H100, driver 580) or a memory allocation node (cuGraphInstantiate's page: "at most one
-/// executable graph"; the code answered there is not measured, the same is assumed).
+/// any depth) holds a conditional node (IF or WHILE) or a memory allocation node (so on an H100,
+/// driver 580, with and without upload).
 constexpr CUresult kSecondExecutable = CUDA_ERROR_NOT_SUPPORTED;
 /// Whether g (bodies and child graphs included) holds a conditional or memory allocation node
 /// (graph_nodes.cpp).

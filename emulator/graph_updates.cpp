@@ -99,6 +99,7 @@ CUresult graph_exec_kernel_node_set_params(CUgraphExec h, CUgraphNode n,
                                            const CUDA_KERNEL_NODE_PARAMS_v2* q) {
   EMU_ENTER("cuGraphExecKernelNodeSetParams");
   if (!q) return CUDA_ERROR_INVALID_VALUE;
+  if (!current_context()) return kNoCurrentContext;
   CUDA_KERNEL_NODE_PARAMS_v3 k{};
   k.func = q->func;
   k.gridDimX = q->gridDimX, k.gridDimY = q->gridDimY, k.gridDimZ = q->gridDimZ;
@@ -115,6 +116,7 @@ CUresult graph_exec_kernel_node_set_params_v1(CUgraphExec h, CUgraphNode n,
                                               const CUDA_KERNEL_NODE_PARAMS_v1* q) {
   EMU_ENTER("cuGraphExecKernelNodeSetParams");
   if (!q) return CUDA_ERROR_INVALID_VALUE;
+  if (!current_context()) return kNoCurrentContext;
   CUDA_KERNEL_NODE_PARAMS_v3 k{};
   k.func = q->func;
   k.gridDimX = q->gridDimX, k.gridDimY = q->gridDimY, k.gridDimZ = q->gridDimZ;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "custream/custream.hpp"
@@ -477,6 +478,32 @@ TEST_CASE("a raw host function captured into a body fails instantiation, naming 
   expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_INVALID_VALUE, "body 0 of the IF node");
   expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_INVALID_VALUE,
                "holds a host node: a conditional body accepts only kernel, memset, memcpy");
+}
+
+TEST_CASE("a body's kernel node is added from a thread with no current context",
+          "[graph-conditional][gpu]") {
+  REQUIRE_CONDITIONALS();
+  const Kernels& k = kernels();
+  Stream s = Stream::create();
+  Cell data(s, 0);
+  GraphBuilder b = GraphBuilder::create();
+  const ConditionalNode n = b.add_if({}, b.add_condition(1));
+  // A new thread has no current context: driver 580 crashed here (cuGraphAddNode) until the
+  // builder made its context current around the add.
+  CUcontext seen = reinterpret_cast<CUcontext>(1);
+  std::string error;
+  std::thread([&] {
+    (void)custream::detail::api().cuCtxGetCurrent(&seen);
+    try {
+      n.body().add_kernel({}, k.add, kOne, data.ptr(), 1u);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  CHECK(seen == nullptr);
+  CHECK(error.empty());
+  const Graph g = b.instantiate();
+  CHECK(run(g, s, data) == 1);
 }
 
 TEST_CASE("a graph with a conditional node has one executable at a time, the error says so",

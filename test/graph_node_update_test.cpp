@@ -302,6 +302,39 @@ TEST_CASE("update_kernel on a builder's kernel node, then a whole-graph update f
   CHECK(vb[1] == 1u);
 }
 
+TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][graph-node-update]") {
+  REQUIRE_DRIVER();
+  const Settled settled;
+  AddOneOnEmulator add_one_impl;
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
+  custream::Kernel add_one = m.kernel("add_one");
+  DeviceBuffer a(kBytes);
+  s.memset32(a.get(), 0, custream_test::kN);
+  GraphBuilder builder = GraphBuilder::create();
+  const GraphNode k = builder.add_kernel({}, add_one, LaunchConfig{{1}, {64}}, a.get(), 1u);
+  Graph g = builder.instantiate();
+  // A new thread has no current context: driver 580 crashed in cuGraphExecKernelNodeSetParams
+  // there until update_kernel made the node's context current around it.
+  CUcontext seen = reinterpret_cast<CUcontext>(1);
+  std::string error;
+  std::thread([&] {
+    (void)custream::detail::api().cuCtxGetCurrent(&seen);
+    try {
+      g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  CHECK(seen == nullptr);
+  CHECK(error.empty());
+  g.launch(s);
+  const auto va = words(s, a);
+  CHECK(va[0] == 1u);
+  CHECK(va[1] == 1u);
+  CHECK(va[2] == 0u);
+}
+
 TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled() says so",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();

@@ -729,6 +729,7 @@ TEST_CASE(
     if (row.needs_libraries && !env.libraries) continue;
     for (const ContextKindRow& kind : context_kinds(env)) {
       const std::string name = row.object + "/" + kind.name;
+      INFO("cell " << name);  // named in the report of a crash inside it
       const std::size_t n = warm_up(env, row, kind);
       const auto orders = permutations(n);
       std::size_t row_failed = 0;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "custream/context_scope.hpp"
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
 #include "custream/graph_builder.hpp"
@@ -313,6 +314,9 @@ void Graph::update_kernel_checked(GraphNode node, const LaunchConfig& config, vo
   p.extra = nullptr;
   p.kern = info->kern;
   p.ctx = info->ctx;
+  // The node's context current (U5): without a current context driver 580 crashes in
+  // cuGraphExecKernelNodeSetParams, whatever p.ctx says.
+  const ContextScope scope(info->ctx != nullptr ? info->ctx : owner_.get()->context);
   const CUresult r =
       detail::api().cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot path
   if (r != CUDA_SUCCESS) {

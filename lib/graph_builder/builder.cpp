@@ -141,6 +141,9 @@ GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& par
   std::size_t i = 0;
   for (const GraphNode& node : after) deps[i++] = node.handle();
   owner.reserve(after.size());  // the record below cannot fail once the node is added
+  // The builder's context current (invariant B10): without a current context, driver 580
+  // crashes adding a kernel node to a conditional body, whatever the node's ctx says.
+  const ContextScope scope(owner.context.handle());
   CUgraphNode node = nullptr;
   const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
       &node, static_cast<CUgraph>(graph_), after.empty() ? nullptr : deps,
