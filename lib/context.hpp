@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,22 @@
 #include "shared.hpp"
 
 namespace custream::detail {
+
+/// `context` current on this thread for the scope (the previous one restored after): for the
+/// driver calls that read the current context whatever their parameters name (graphs.md B10,
+/// U5). When it is current already, one raw cuCtxGetCurrent and no switch (ContextScope does
+/// the switch otherwise). @throws Error when the switch fails.
+class MakeCurrent {
+ public:
+  explicit MakeCurrent(CUcontext context) {
+    CUcontext current = nullptr;
+    if (api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;  // raw
+    scope_.emplace(context);
+  }
+
+ private:
+  std::optional<ContextScope> scope_;
+};
 
 /// The ordinal of the current device (Device::current() without building a Device).
 /// @throws Error.

@@ -47,6 +47,12 @@ struct LaunchSite {
   [[noreturn, gnu::cold]] void refuse(CUresult r, std::string why) const;
 };
 
+/// Whether `config` asks for any launch attribute (a plain configuration asks for none).
+inline bool has_attributes(const LaunchConfig& c) noexcept {
+  return c.cluster || c.cooperative || c.priority || c.programmatic_serialization ||
+         c.programmatic_event || c.mem_sync_domain;
+}
+
 /// The launch attributes of `config` for `function` at `site`, after the checks of invariant 7
 /// (the same for a launch and a kernel node): written to `out`, their count returned.
 /// @throws Error naming the kernel (`kernel`, or the function when empty), the attribute and the

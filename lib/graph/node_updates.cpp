@@ -13,6 +13,7 @@
 #include "custream/graph.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/host_function_error.hpp"
+#include "context.hpp"
 #include "driver.hpp"
 #include "error.hpp"
 #include "graph/nodes.hpp"
@@ -192,11 +193,6 @@ template <auto Field>
               node_text(node, graph, exec) + ": " + what + "; the executable is unchanged");
 }
 
-bool has_attributes(const LaunchConfig& c) noexcept {
-  return c.cluster || c.cooperative || c.priority || c.programmatic_serialization ||
-         c.programmatic_event || c.mem_sync_domain;
-}
-
 [[noreturn, gnu::cold]] void refuse_kernel_update(GraphNode node, CUgraph graph, CUgraphExec exec,
                                                   KernelNodeInfo& info, const LaunchConfig& config,
                                                   const std::size_t* sizes, std::size_t count) {
@@ -316,7 +312,7 @@ void Graph::update_kernel_checked(GraphNode node, const LaunchConfig& config, vo
   p.ctx = info->ctx;
   // The node's context current (U5): without a current context driver 580 crashes in
   // cuGraphExecKernelNodeSetParams, whatever p.ctx says.
-  const ContextScope scope(info->ctx != nullptr ? info->ctx : owner_.get()->context);
+  const detail::MakeCurrent current(info->ctx != nullptr ? info->ctx : owner_.get()->context);
   const CUresult r =
       detail::api().cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot path
   if (r != CUDA_SUCCESS) {

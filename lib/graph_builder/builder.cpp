@@ -143,7 +143,7 @@ GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& par
   owner.reserve(after.size());  // the record below cannot fail once the node is added
   // The builder's context current (invariant B10): without a current context, driver 580
   // crashes adding a kernel node to a conditional body, whatever the node's ctx says.
-  const ContextScope scope(owner.context.handle());
+  const detail::MakeCurrent current(owner.context.handle());
   CUgraphNode node = nullptr;
   const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
       &node, static_cast<CUgraph>(graph_), after.empty() ? nullptr : deps,

@@ -52,7 +52,9 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
       config.programmatic_event) {
     refuse_config(site, function, config, name);  // cold: no text is built otherwise
   }
-  *count = detail::launch_attributes(site, function, config, name, attributes);
+  *count = detail::has_attributes(config)
+               ? detail::launch_attributes(site, function, config, name, attributes)
+               : 0;
   if (*count > 0) {  // a driver without it: refused before the node is added
     (void)detail::entry<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::api());
   }
@@ -83,9 +85,11 @@ void set_attributes(CUgraphNode node, CUgraph graph, const CUlaunchAttribute* at
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  check_add(after, kCall);
+  if (graph_ == nullptr) detail::refuse_empty_builder(kCall);  // add_node checks `after`
   detail::BuilderOwner& owner = *owner_.get();
-  detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);  // conditional.hpp
+  if (graph_ != owner.root()) {  // conditional.hpp: a body's context rule (no lookup for a root)
+    detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);
+  }
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
                            "the Kernel is empty (default-constructed or moved from)");
@@ -124,7 +128,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  check_add(after, kCall);
+  if (graph_ == nullptr) detail::refuse_empty_builder(kCall);  // add_node checks `after`
   detail::BuilderOwner& owner = *owner_.get();
   if (kernel.state_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
