@@ -18,12 +18,14 @@ namespace custream::detail {
 /// `context` current on this thread for the scope (the previous one restored after): for the
 /// driver calls that read the current context whatever their parameters name (graphs.md B10,
 /// U5). When it is current already, one raw cuCtxGetCurrent and no switch (ContextScope does
-/// the switch otherwise). @throws Error when the switch fails.
+/// the switch otherwise). @throws Error when asking or switching fails.
 class MakeCurrent {
  public:
   explicit MakeCurrent(CUcontext context) {
     CUcontext current = nullptr;
-    if (api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;  // raw
+    const CUresult r = api().cuCtxGetCurrent(&current);  // raw: hot path
+    if (r == CUDA_SUCCESS && current == context) return;
+    if (r != CUDA_SUCCESS) fail<&DriverApi::cuCtxGetCurrent>(r, context_subject(context));
     scope_.emplace(context);
   }
 
