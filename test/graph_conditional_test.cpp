@@ -7,7 +7,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "custream/custream.hpp"
@@ -490,18 +489,10 @@ TEST_CASE("a body's kernel node is added from a thread with no current context",
   const ConditionalNode n = b.add_if({}, b.add_condition(1));
   // A new thread has no current context: driver 580 crashed here (cuGraphAddNode) until the
   // builder made its context current around the add.
-  CUcontext seen = reinterpret_cast<CUcontext>(1);
-  std::string error;
-  std::thread([&] {
-    (void)custream::detail::api().cuCtxGetCurrent(&seen);
-    try {
-      n.body().add_kernel({}, k.add, kOne, data.ptr(), 1u);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }).join();
-  CHECK(seen == nullptr);
-  CHECK(error.empty());
+  const auto added = custream_test::run_on_fresh_thread(
+      [&] { n.body().add_kernel({}, k.add, kOne, data.ptr(), 1u); });
+  CHECK(added.current == nullptr);
+  CHECK(added.error.empty());
   const Graph g = b.instantiate();
   CHECK(run(g, s, data) == 1);
 }

@@ -152,6 +152,16 @@ GraphNode only_node(const Graph& g, GraphNodeKind kind) {
 
 constexpr std::size_t kBytes = custream_test::kN * sizeof(std::uint32_t);
 
+// What the kernel-update cases share: the emulator settled after them, add_one's CPU twin,
+// a stream and the add_one kernel.
+struct AddOneCase {
+  const Settled settled;
+  AddOneOnEmulator add_one_impl;
+  Stream s{custream::StreamFlags::non_blocking};
+  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
+  custream::Kernel add_one = m.kernel("add_one");
+};
+
 }  // namespace
 
 TEST_CASE("update_memset: later launches write the new value where told, an enqueued one not",
@@ -220,11 +230,9 @@ TEST_CASE("update_memcpy and the host copies: later launches copy what they are 
 TEST_CASE("update_kernel: later launches take the new arguments, an enqueued one its own",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
-  const Settled settled;
-  AddOneOnEmulator add_one_impl;
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
-  custream::Kernel add_one = m.kernel("add_one");
+  AddOneCase c;
+  Stream& s = c.s;
+  const custream::Kernel& add_one = c.add_one;
   DeviceBuffer a(kBytes), b(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
   s.memset32(b.get(), 0, custream_test::kN);
@@ -276,11 +284,9 @@ TEST_CASE("update_kernel: later launches take the new arguments, an enqueued one
 TEST_CASE("update_kernel on a builder's kernel node, then a whole-graph update forgets it",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
-  const Settled settled;
-  AddOneOnEmulator add_one_impl;
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
-  custream::Kernel add_one = m.kernel("add_one");
+  AddOneCase c;
+  Stream& s = c.s;
+  const custream::Kernel& add_one = c.add_one;
   DeviceBuffer a(kBytes), b(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
   s.memset32(b.get(), 0, custream_test::kN);
@@ -304,11 +310,9 @@ TEST_CASE("update_kernel on a builder's kernel node, then a whole-graph update f
 
 TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
-  const Settled settled;
-  AddOneOnEmulator add_one_impl;
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
-  custream::Kernel add_one = m.kernel("add_one");
+  AddOneCase c;
+  Stream& s = c.s;
+  const custream::Kernel& add_one = c.add_one;
   DeviceBuffer a(kBytes);
   s.memset32(a.get(), 0, custream_test::kN);
   GraphBuilder builder = GraphBuilder::create();
@@ -316,18 +320,10 @@ TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][g
   Graph g = builder.instantiate();
   // A new thread has no current context: driver 580 crashed in cuGraphExecKernelNodeSetParams
   // there until update_kernel made the node's context current around it.
-  CUcontext seen = reinterpret_cast<CUcontext>(1);
-  std::string error;
-  std::thread([&] {
-    (void)custream::detail::api().cuCtxGetCurrent(&seen);
-    try {
-      g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }).join();
-  CHECK(seen == nullptr);
-  CHECK(error.empty());
+  const auto updated = custream_test::run_on_fresh_thread(
+      [&] { g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u); });
+  CHECK(updated.current == nullptr);
+  CHECK(updated.error.empty());
   g.launch(s);
   const auto va = words(s, a);
   CHECK(va[0] == 1u);

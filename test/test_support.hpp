@@ -73,6 +73,26 @@ void on_fresh_thread(F body) {
   t.join();
 }
 
+/// What `body` run on a fresh thread saw and threw: the context current there when it began
+/// (null: none) and the text of what it threw (empty: nothing).
+struct FreshThreadRun {
+  CUcontext current = reinterpret_cast<CUcontext>(1);
+  std::string error;
+};
+template <typename F>
+FreshThreadRun run_on_fresh_thread(F body) {
+  FreshThreadRun run;
+  on_fresh_thread([&] {
+    (void)custream::testing::driver().cuCtxGetCurrent(&run.current);
+    try {
+      body();
+    } catch (const std::exception& e) {
+      run.error = e.what();
+    }
+  });
+  return run;
+}
+
 /// What `body` writes on stderr (file descriptor 2).
 template <typename Body>
 std::string captured_stderr(Body body) {
