@@ -286,6 +286,21 @@ TEST_CASE("graph builder: bad input is refused before the driver, naming the nod
     CHECK(std::string(e.what()).find("its module was loaded in context") != std::string::npos);
     unchanged();
   }
+  SECTION("a library kernel after a dependency of another builder: the library is not held") {
+    if (custream::detail::api().cuLibraryLoadData == nullptr) CUSTREAM_SKIP("no libraries");
+    register_builder_add();
+    custream::Library lib = custream::Library::from_ptx(kPtx, custream::LibraryCache::bypass);
+    DeviceBuffer data(64);
+    const auto e = error_of([&] {
+      const custream::LibraryKernel lk = lib.kernel("builder_add");
+      g.add_kernel(foreign, lk, LaunchConfig{{1}, {32}}, data.get(), std::uint32_t{1}, 1u);
+    });
+    CHECK(e.result() == CUDA_ERROR_INVALID_VALUE);
+    CHECK(std::string(e.what()).find("not this builder's") != std::string::npos);
+    unchanged();
+    lib.unload();  // the refused add left the builder without a hold on it
+    CHECK_FALSE(lib);
+  }
   SECTION("kernel arguments that do not match its parameters") {
     register_builder_add();
     const custream::Module m = custream::Module::from_ptx(kPtx, ctx);

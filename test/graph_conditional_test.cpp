@@ -493,6 +493,7 @@ TEST_CASE("a body's kernel node is added from a thread with no current context",
       [&] { n.body().add_kernel({}, k.add, kOne, data.ptr(), 1u); });
   CHECK(added.current == nullptr);
   CHECK(added.error.empty());
+  CHECK(added.after == nullptr);  // nothing left current
   const Graph g = b.instantiate();
   CHECK(run(g, s, data) == 1);
 }

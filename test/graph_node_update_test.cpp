@@ -324,6 +324,7 @@ TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][g
       [&] { g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u); });
   CHECK(updated.current == nullptr);
   CHECK(updated.error.empty());
+  CHECK(updated.after == nullptr);  // nothing left current
   g.launch(s);
   const auto va = words(s, a);
   CHECK(va[0] == 1u);

@@ -74,9 +74,10 @@ void on_fresh_thread(F body) {
 }
 
 /// What `body` run on a fresh thread saw and threw: the context current there when it began
-/// (null: none) and the text of what it threw (empty: nothing).
+/// and after it returned (null: none), and the text of what it threw (empty: nothing).
 struct FreshThreadRun {
   CUcontext current = reinterpret_cast<CUcontext>(1);
+  CUcontext after = reinterpret_cast<CUcontext>(1);
   std::string error;
 };
 template <typename F>
@@ -89,6 +90,7 @@ FreshThreadRun run_on_fresh_thread(F body) {
     } catch (const std::exception& e) {
       run.error = e.what();
     }
+    (void)custream::testing::driver().cuCtxGetCurrent(&run.after);
   });
   return run;
 }

@@ -150,7 +150,9 @@ class Graph {
   /// arguments are checked as a typed launch checks them (their count and sizes against the
   /// kernel's parameters, asked of the driver once per node, CUDA 12.4). Launch attributes
   /// (cluster, cooperative, priority, …) are a node's, not an update's: a `config` carrying one
-  /// is refused. Repeated updates of one node cost one pointer comparison beyond the checks.
+  /// is refused. Repeated updates of one node cost one pointer comparison beyond the checks;
+  /// the node's context is made current for the call (one cuCtxGetCurrent when it is already:
+  /// driver 580 crashes there without a current context) and nothing is left current.
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the node and the argument when they do
   /// not match, or the rule refused; Error naming the node on a driver failure.
   template <typename... Args>
@@ -255,7 +257,8 @@ class Graph {
   /// the executable.
   void keep_context(const Context& context);
   [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream) const;
-  /// update_kernel() after the template: the cached node, the checks, the one driver call.
+  /// update_kernel() after the template: the cached node, the checks, the node's context
+  /// current (a raw cuCtxGetCurrent when it is), the one update call.
   void update_kernel_checked(GraphNode node, const LaunchConfig& config, void** params,
                              const std::size_t* sizes, std::size_t count);
   /// The kernel node state of `node` when it is not the cached one (checks the node). @throws.

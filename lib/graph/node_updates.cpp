@@ -256,6 +256,8 @@ detail::KernelNodeInfo& Graph::kernel_node(GraphNode node) {
   }
   auto info = std::make_unique<detail::KernelNodeInfo>();
   info->node = node.handle();
+  // The graph's context current for the queries (as for the update itself).
+  ContextScope scope(owner_.get()->context);
   CUDA_KERNEL_NODE_PARAMS p{};
   if (CUresult r = detail::try_call<&DriverApi::cuGraphKernelNodeGetParams>(node.handle(), &p);
       r != CUDA_SUCCESS) {
@@ -266,7 +268,6 @@ detail::KernelNodeInfo& Graph::kernel_node(GraphNode node) {
   info->kern = p.kern;
   info->ctx = p.ctx;
   // Its parameters' sizes, asked once (lib/launch.hpp), in the graph's context.
-  ContextScope scope(owner_.get()->context);
   const auto& api = detail::api();
   std::function<CUresult(std::size_t, std::size_t*, std::size_t*)> ask;
   if (info->func != nullptr && api.cuFuncGetParamInfo != nullptr) {

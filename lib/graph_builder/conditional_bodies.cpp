@@ -262,9 +262,8 @@ std::string one_executable_hint(CUgraph graph) noexcept {
   try {
     if (const char* kind = first_single_executable(graph)) {
       return std::string("; the graph holds a ") + kind +
-             " node, and the driver makes one executable of such a graph at a time: it refuses "
-             "another while one lives (destroy the other Graph instantiated from it first, or "
-             "update that one in place)";
+             " node, and the driver makes one executable of such a graph at a time: if another "
+             "executable of it lives, destroy that Graph first, or update it in place";
     }
   } catch (...) {  // a hint, not the error: none when the graph cannot be read
   }

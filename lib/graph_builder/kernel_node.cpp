@@ -9,6 +9,7 @@
 #include "custream/graph_builder.hpp"
 #include "custream/kernel.hpp"
 #include "custream/library_kernel.hpp"
+#include "context.hpp"
 #include "driver.hpp"
 #include "launch.hpp"
 #include "library.hpp"
@@ -71,9 +72,12 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
   return p;
 }
 
-// Gives `node` the attributes (none for a plain configuration: no driver call).
-void set_attributes(CUgraphNode node, CUgraph graph, const CUlaunchAttribute* attributes,
-                    unsigned count) {
+// Gives `node` the attributes (none for a plain configuration: no driver call), with the
+// builder's context current as for the add (graphs.md B10).
+void set_attributes(CUgraphNode node, CUgraph graph, CUcontext context,
+                    const CUlaunchAttribute* attributes, unsigned count) {
+  if (count == 0) return;
+  const detail::MakeCurrent current(context);
   for (unsigned i = 0; i < count; ++i) {
     detail::call<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::graph_subject(graph), node,
                                                             attributes[i].id, &attributes[i].value);
@@ -85,7 +89,7 @@ void set_attributes(CUgraphNode node, CUgraph graph, const CUlaunchAttribute* at
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  if (graph_ == nullptr) detail::refuse_empty_builder(kCall);  // add_node checks `after`
+  check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
   detail::BuilderOwner& owner = *owner_.get();
   if (graph_ != owner.root()) {  // conditional.hpp: a body's context rule (no lookup for a root)
     detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);
@@ -121,14 +125,14 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   if (!known) owner.modules.reserve(owner.modules.size() + 1);
   const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
   if (!known) owner.modules.push_back(kernel.module_);  // reserved: no throw (B3)
-  set_attributes(node.handle(), graph_, attributes, n);
+  set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
 }
 
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  if (graph_ == nullptr) detail::refuse_empty_builder(kCall);  // add_node checks `after`
+  check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
   detail::BuilderOwner& owner = *owner_.get();
   if (kernel.state_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
@@ -149,7 +153,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKe
   CUgraphNodeParams p = kernel_params(site, function, config, params, state.name, attributes, &n);
   owner.libraries.hold(kernel.library_.owner_.get());  // loaded while the graph lives (B3)
   const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
-  set_attributes(node.handle(), graph_, attributes, n);
+  set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
 }
 
