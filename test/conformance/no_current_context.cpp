@@ -1,0 +1,293 @@
+// Driver calls on kernel nodes made with no context current on the calling thread. Driver 580
+// (an H100) crashes with SIGSEGV in two of them whatever context the node's parameters name,
+// so each probe runs in a child process that loads the driver itself (this process never
+// does) and sends back the call's result; the parent reports a crash as a crash. Its own
+// program (driver-context-probes), tags as the rest of the suite (test/conformance/README.md).
+// On a GPU: CUSTREAM_LIBCUDA unset, `build/test/driver-context-probes`.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.hpp"
+
+namespace conformance {
+namespace {
+
+constexpr const char* kNoopPtx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry probe_noop(.param .u64 data)
+{
+  ret;
+}
+)";
+
+// What a probe child answered: the probed call's result, or how it died.
+struct Outcome {
+  bool crashed = false;
+  int signal = 0;
+  bool emulated = false;
+  bool skipped = false;  // no usable driver in the child
+  CUresult result = CUDA_SUCCESS;
+
+  std::string text() const {
+    if (crashed) return "killed by signal " + std::to_string(signal);
+    if (skipped) return "no driver";
+    switch (result) {
+      case CUDA_SUCCESS: return "CUDA_SUCCESS";
+      case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+      case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+      case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
+      default: return "CUresult " + std::to_string(static_cast<int>(result));
+    }
+  }
+};
+
+// A probe's setup failed in the child (reported as this result).
+constexpr CUresult kSetupFailed = static_cast<CUresult>(9999);
+
+// Runs `probe` in a child process (the driver loaded there, SIGSEGV left to kill it) and
+// returns what it answered.
+Outcome in_child(const std::function<CUresult()>& probe) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    signal(SIGSEGV, SIG_DFL);
+    signal(SIGABRT, SIG_DFL);
+    int answer[3] = {driver().error.empty() ? 0 : 1, driver().emulated ? 1 : 0, 0};
+    if (answer[0] == 0) answer[2] = static_cast<int>(probe());
+    if (write(fds[1], answer, sizeof answer) != static_cast<ssize_t>(sizeof answer)) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  Outcome o;
+  int answer[3] = {0, 0, 0};
+  const bool answered = read(fds[0], answer, sizeof answer) == static_cast<ssize_t>(sizeof answer);
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  if (WIFSIGNALED(status)) {
+    o.crashed = true;
+    o.signal = WTERMSIG(status);
+  } else {
+    REQUIRE(answered);
+    o.skipped = answer[0] != 0;
+    o.emulated = answer[1] != 0;
+    o.result = static_cast<CUresult>(answer[2]);
+  }
+  return o;
+}
+
+// What the probes share, made with the primary context of device 0 current: a module with a
+// kernel of one pointer parameter, a word of device memory, a stream.
+struct Fixture {
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  CUfunction noop = nullptr;
+  CUdeviceptr word = 0;
+  CUstream stream = nullptr;
+  void* args[2] = {&word, nullptr};
+  bool ok = false;
+
+  Fixture() {
+    CUdevice dev = 0;
+    ok = api().cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+         api().cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS &&
+         api().cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+         api().cuModuleLoadData(&module, kNoopPtx) == CUDA_SUCCESS &&
+         api().cuModuleGetFunction(&noop, module, "probe_noop") == CUDA_SUCCESS &&
+         api().cuMemAlloc(&word, 4) == CUDA_SUCCESS &&
+         api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+  }
+  CUgraphNodeParams kernel() {
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = noop;
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = args;
+    p.kernel.ctx = ctx;
+    return p;
+  }
+  // A new graph with one kernel node (`*node`), or null.
+  CUgraph kernel_graph(CUgraphNode* node) {
+    CUgraph g = nullptr;
+    CUgraphNodeParams p = kernel();
+    if (api().cuGraphCreate(&g, 0) != CUDA_SUCCESS ||
+        api().cuGraphAddNode(node, g, nullptr, nullptr, 0, &p) != CUDA_SUCCESS)
+      return nullptr;
+    return g;
+  }
+  CUgraphExec instantiate(CUgraph g) {
+    CUgraphExec e = nullptr;
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip{};
+    return api().cuGraphInstantiateWithParams(&e, g, &ip) == CUDA_SUCCESS ? e : nullptr;
+  }
+  // The context the probed call runs with: none, or the node's.
+  void make_current(bool own) const { api().cuCtxSetCurrent(own ? ctx : nullptr); }
+};
+
+// cuGraphAddNode of a kernel node to the body of an IF node.
+CUresult add_to_body(bool own) {
+  Fixture f;
+  CUgraph g = nullptr;
+  CUgraphConditionalHandle h = 0;
+  if (!f.ok || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS ||
+      api().cuGraphConditionalHandleCreate(&h, g, f.ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT) !=
+          CUDA_SUCCESS)
+    return kSetupFailed;
+  CUgraphNodeParams c{};
+  c.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  c.conditional.handle = h;
+  c.conditional.type = CU_GRAPH_COND_TYPE_IF;
+  c.conditional.size = 1;
+  c.conditional.ctx = f.ctx;
+  CUgraphNode n = nullptr;
+  if (api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &c) != CUDA_SUCCESS) return kSetupFailed;
+  CUgraphNodeParams k = f.kernel();
+  f.make_current(own);
+  return api().cuGraphAddNode(&n, c.conditional.phGraph_out[0], nullptr, nullptr, 0, &k);
+}
+
+// cuGraphExecKernelNodeSetParams of an executable's kernel node.
+CUresult exec_kernel_update(bool own) {
+  Fixture f;
+  CUgraphNode n = nullptr;
+  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
+  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  if (e == nullptr) return kSetupFailed;
+  CUgraphNodeParams k = f.kernel();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = k.kernel.func;
+  p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+  p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+  p.kernelParams = f.args;
+  p.ctx = f.ctx;
+  f.make_current(own);
+  return api().cuGraphExecKernelNodeSetParams(e, n, &p);
+}
+
+// The measured pair: no current context crashes a real driver 580 (the emulator answers
+// CUDA_ERROR_INVALID_CONTEXT instead); the node's context current succeeds.
+void expect_needs_current(const char* what, CUresult (*probe)(bool)) {
+  const Outcome none = in_child([probe] { return probe(false); });
+  const Outcome own = in_child([probe] { return probe(true); });
+  WARN(what << ": no current context -> " << none.text() << "; its context current -> "
+            << own.text());
+  if (none.skipped || own.skipped) CUSTREAM_SKIP("no usable driver");
+  REQUIRE_FALSE(own.crashed);
+  CHECK(own.result == CUDA_SUCCESS);
+  if (none.crashed) {
+    CHECK_FALSE(own.emulated);
+    CHECK(none.signal == SIGSEGV);  // so on an H100, driver 580
+  } else {
+    CHECK(none.emulated);  // a real driver that answers instead of crashing: a new fact
+    CHECK(none.result == CUDA_ERROR_INVALID_CONTEXT);
+  }
+}
+
+TEST_CASE("a kernel node added to a conditional body needs a current context",
+          "[conformance]") {
+  expect_needs_current("cuGraphAddNode (kernel) into an IF body", add_to_body);
+}
+
+TEST_CASE("cuGraphExecKernelNodeSetParams needs a current context", "[conformance]") {
+  expect_needs_current("cuGraphExecKernelNodeSetParams", exec_kernel_update);
+}
+
+// The calls not measured yet on a kernel graph with no current context: what each does is
+// printed, and a crash fails the case: custream makes them without making a context current
+// (Graph::launch, update, set_child, set_enabled), so a crash here says it must.
+CUresult root_add(bool own) {
+  Fixture f;
+  CUgraph g = nullptr;
+  if (!f.ok || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS) return kSetupFailed;
+  CUgraphNodeParams k = f.kernel();
+  CUgraphNode n = nullptr;
+  f.make_current(own);
+  return api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &k);
+}
+
+CUresult launch(bool own) {
+  Fixture f;
+  CUgraphNode n = nullptr;
+  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
+  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  if (e == nullptr) return kSetupFailed;
+  f.make_current(own);
+  const CUresult r = api().cuGraphLaunch(e, f.stream);
+  f.make_current(true);
+  api().cuStreamSynchronize(f.stream);
+  return r;
+}
+
+CUresult whole_update(bool own) {
+  Fixture f;
+  CUgraphNode n = nullptr, m = nullptr;
+  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
+  CUgraph newer = f.ok ? f.kernel_graph(&m) : nullptr;
+  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  if (e == nullptr || newer == nullptr) return kSetupFailed;
+  CUgraphExecUpdateResultInfo info{};
+  f.make_current(own);
+  return api().cuGraphExecUpdate(e, newer, &info);
+}
+
+CUresult set_child(bool own) {
+  Fixture f;
+  CUgraphNode n = nullptr, m = nullptr;
+  CUgraph child = f.ok ? f.kernel_graph(&n) : nullptr;
+  CUgraph other = f.ok ? f.kernel_graph(&m) : nullptr;
+  CUgraph g = nullptr;
+  if (child == nullptr || other == nullptr || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS)
+    return kSetupFailed;
+  CUgraphNodeParams c{};
+  c.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  c.graph.graph = child;
+  CUgraphNode node = nullptr;
+  if (api().cuGraphAddNode(&node, g, nullptr, nullptr, 0, &c) != CUDA_SUCCESS) return kSetupFailed;
+  CUgraphExec e = f.instantiate(g);
+  if (e == nullptr) return kSetupFailed;
+  f.make_current(own);
+  return api().cuGraphExecChildGraphNodeSetParams(e, node, other);
+}
+
+CUresult set_enabled(bool own) {
+  Fixture f;
+  CUgraphNode n = nullptr;
+  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
+  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  if (e == nullptr) return kSetupFailed;
+  f.make_current(own);
+  return api().cuGraphNodeSetEnabled(e, n, 0);
+}
+
+TEST_CASE("kernel-graph calls with no current context: launch, updates, a root add",
+          "[conformance][unsure]") {
+  const std::pair<const char*, CUresult (*)(bool)> probes[] = {
+      {"cuGraphAddNode (kernel) into a root graph", root_add},
+      {"cuGraphLaunch of a kernel graph", launch},
+      {"cuGraphExecUpdate of a kernel graph", whole_update},
+      {"cuGraphExecChildGraphNodeSetParams (kernel children)", set_child},
+      {"cuGraphNodeSetEnabled (kernel node)", set_enabled}};
+  for (const auto& [what, probe] : probes) {
+    INFO(what);
+    const Outcome none = in_child([probe = probe] { return probe(false); });
+    const Outcome own = in_child([probe = probe] { return probe(true); });
+    WARN(what << ": no current context -> " << none.text() << "; its context current -> "
+              << own.text());
+    if (none.skipped) CUSTREAM_SKIP("no usable driver");
+    CHECK_FALSE(own.crashed);
+    CHECK(own.result == CUDA_SUCCESS);
+    CHECK_FALSE(none.crashed);  // a crash here: custream's caller needs a context made current
+  }
+}
+
+}  // namespace
+}  // namespace conformance
