@@ -155,7 +155,7 @@ constexpr std::size_t kBytes = custream_test::kN * sizeof(std::uint32_t);
 // What the kernel-update cases share: the emulator settled after them, add_one's CPU twin,
 // a stream and the add_one kernel.
 struct AddOneCase {
-  const Settled settled;
+  Settled settled;
   AddOneOnEmulator add_one_impl;
   Stream s{custream::StreamFlags::non_blocking};
   custream::Module m = custream::Module::from_ptx(kAddOnePtx);
