@@ -266,7 +266,7 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
         std::string("instantiate result ") + instantiate_result_name(params.result_out) + ", " +
             node_text(params.hErrNode_out) + "; flags " + flags_text(flags) +
             (uploading ? ", upload on " + stream.to_string() : std::string()) +
-            (r == CUDA_ERROR_INVALID_VALUE     ? detail::body_rule_hint(graph)
+            (r == CUDA_ERROR_INVALID_VALUE   ? detail::body_rule_hint(graph)
              : r == CUDA_ERROR_NOT_SUPPORTED ? detail::one_executable_hint(graph)
                                              : std::string()));
   }

@@ -308,7 +308,8 @@ TEST_CASE("update_kernel on a builder's kernel node, then a whole-graph update f
   CHECK(vb[1] == 1u);
 }
 
-TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][graph-node-update]") {
+TEST_CASE("update_kernel from a thread with no current context",
+          "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
   AddOneCase c;
   Stream& s = c.s;
@@ -320,8 +321,9 @@ TEST_CASE("update_kernel from a thread with no current context", "[gpu][graph][g
   Graph g = builder.instantiate();
   // A new thread has no current context: driver 580 crashed in cuGraphExecKernelNodeSetParams
   // there until update_kernel made the node's context current around it.
-  const auto updated = custream_test::run_on_fresh_thread(
-      [&] { g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u); });
+  const auto updated = custream_test::run_on_fresh_thread([&] {
+    g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 2u);
+  });
   CHECK(updated.current == nullptr);
   CHECK(updated.error.empty());
   CHECK(updated.after == nullptr);  // nothing left current

@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/host_function_error.hpp"
-#include "context.hpp"
 #include "driver.hpp"
 #include "error.hpp"
 #include "graph/nodes.hpp"

@@ -6,15 +6,15 @@
 #include <algorithm>
 #include <string>
 
+#include "conditional.hpp"
+#include "context.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/kernel.hpp"
 #include "custream/library_kernel.hpp"
-#include "context.hpp"
 #include "driver.hpp"
 #include "launch.hpp"
 #include "library.hpp"
 #include "module.hpp"
-#include "conditional.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 

@@ -36,11 +36,16 @@ struct Outcome {
     if (crashed) return "killed by signal " + std::to_string(signal);
     if (skipped) return "no driver";
     switch (result) {
-      case CUDA_SUCCESS: return "CUDA_SUCCESS";
-      case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-      case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
-      case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
-      default: return "CUresult " + std::to_string(static_cast<int>(result));
+      case CUDA_SUCCESS:
+        return "CUDA_SUCCESS";
+      case CUDA_ERROR_INVALID_VALUE:
+        return "CUDA_ERROR_INVALID_VALUE";
+      case CUDA_ERROR_INVALID_CONTEXT:
+        return "CUDA_ERROR_INVALID_CONTEXT";
+      case CUDA_ERROR_INVALID_HANDLE:
+        return "CUDA_ERROR_INVALID_HANDLE";
+      default:
+        return "CUresult " + std::to_string(static_cast<int>(result));
     }
   }
 };
@@ -192,8 +197,7 @@ void expect_needs_current(const char* what, CUresult (*probe)(bool)) {
   }
 }
 
-TEST_CASE("a kernel node added to a conditional body needs a current context",
-          "[conformance]") {
+TEST_CASE("a kernel node added to a conditional body needs a current context", "[conformance]") {
   expect_needs_current("cuGraphAddNode (kernel) into an IF body", add_to_body);
 }
 
