@@ -173,8 +173,9 @@ bool ready(Case& c) {
 void add_graph_program_cases(std::vector<Case>& cases) {
   // Instantiate (with upload) + first launch + synchronize + destroy of the same CUgraph: raw
   // cuGraphInstantiateWithParams on the builder's graph against GraphBuilder::instantiate, one
-  // executable of it at a time (a second one of the looped graph failed on an H100; why is
-  // asked by the conformance case "a graph with a conditional node instantiated twice").
+  // executable of it at a time (the driver refuses a second executable of a graph with a
+  // conditional node: conformance, "a graph with a conditional node has one executable at a
+  // time").
   Case first{"instantiate + first launch (graph with a WHILE node)",
              {},
              {},

@@ -91,9 +91,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
                                         const std::size_t* sizes, std::size_t count) {
   check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
   detail::BuilderOwner& owner = *owner_.get();
-  if (graph_ != owner.root()) {  // conditional.hpp: a body's context rule (no lookup for a root)
-    detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);
-  }
+  detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);  // conditional.hpp
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
                            "the Kernel is empty (default-constructed or moved from)");
