@@ -479,42 +479,48 @@ TEST_CASE("a raw host function captured into a body fails instantiation, naming 
                "holds a host node: a conditional body accepts only kernel, memset, memcpy");
 }
 
+namespace {
+// A root builder with one conditional node of `type` whose body adds 1 to a cell (set to 0):
+// `add_body` adds that kernel (on the calling thread, or where a case says).
+struct OneBody {
+  OneBody(CUgraphConditionalNodeType type, unsigned value)
+      : node(type == CU_GRAPH_COND_TYPE_WHILE ? b.add_while({}, b.add_condition(value))
+                                              : b.add_if({}, b.add_condition(value))) {}
+  void add_body() const { node.body().add_kernel({}, kernels().add, kOne, data.ptr(), 1u); }
+  Stream s = Stream::create();
+  Cell data{s, 0};
+  GraphBuilder b = GraphBuilder::create();
+  ConditionalNode node;
+};
+}  // namespace
+
 TEST_CASE("a body's kernel node is added from a thread with no current context",
           "[graph-conditional][gpu]") {
   REQUIRE_CONDITIONALS();
-  const Kernels& k = kernels();
-  Stream s = Stream::create();
-  Cell data(s, 0);
-  GraphBuilder b = GraphBuilder::create();
-  const ConditionalNode n = b.add_if({}, b.add_condition(1));
+  const OneBody p(CU_GRAPH_COND_TYPE_IF, 1);
+  (void)kernels();  // loaded here: the fresh thread only adds the node
   // A new thread has no current context: driver 580 crashed here (cuGraphAddNode) until the
   // builder made its context current around the add.
-  const auto added = custream_test::run_on_fresh_thread(
-      [&] { n.body().add_kernel({}, k.add, kOne, data.ptr(), 1u); });
+  const auto added = custream_test::run_on_fresh_thread([&] { p.add_body(); });
   CHECK(added.current == nullptr);
   CHECK(added.error.empty());
   CHECK(added.after == nullptr);  // nothing left current
-  const Graph g = b.instantiate();
-  CHECK(run(g, s, data) == 1);
+  CHECK(run(p.b.instantiate(), p.s, p.data) == 1);
 }
 
 TEST_CASE("a graph with a conditional node has one executable at a time, the error says so",
           "[graph-conditional][gpu]") {
   REQUIRE_CONDITIONALS();
-  const Kernels& k = kernels();
-  Stream s = Stream::create();
-  Cell data(s, 0);
-  GraphBuilder b = GraphBuilder::create();
-  b.add_while({}, b.add_condition(0)).body().add_kernel({}, k.add, kOne, data.ptr(), 1u);
+  const OneBody p(CU_GRAPH_COND_TYPE_WHILE, 0);
+  p.add_body();
   {
-    const Graph first = b.instantiate();
-    expect_error([&] { (void)b.instantiate(); }, CUDA_ERROR_NOT_SUPPORTED,
+    const Graph first = p.b.instantiate();
+    expect_error([&] { (void)p.b.instantiate(); }, CUDA_ERROR_NOT_SUPPORTED,
                  "the graph holds a conditional node, and the driver makes one executable of "
                  "such a graph at a time");
-    CHECK(run(first, s, data) == 0);  // the refusal left the first one as it was
+    CHECK(run(first, p.s, p.data) == 0);  // the refusal left the first one as it was
   }
-  const Graph second = b.instantiate();  // the first one gone: made
-  CHECK(run(second, s, data) == 0);
+  CHECK(run(p.b.instantiate(), p.s, p.data) == 0);  // the first one gone: made
 }
 
 TEST_CASE("host functions captured into a builder: the graph owns them, exactly once",

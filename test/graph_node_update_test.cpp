@@ -312,12 +312,10 @@ TEST_CASE("update_kernel from a thread with no current context",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
   AddOneCase c;
-  Stream& s = c.s;
-  const custream::Kernel& add_one = c.add_one;
   DeviceBuffer a(kBytes);
-  s.memset32(a.get(), 0, custream_test::kN);
+  c.s.memset32(a.get(), 0, custream_test::kN);
   GraphBuilder builder = GraphBuilder::create();
-  const GraphNode k = builder.add_kernel({}, add_one, LaunchConfig{{1}, {64}}, a.get(), 1u);
+  const GraphNode k = builder.add_kernel({}, c.add_one, LaunchConfig{{1}, {64}}, a.get(), 1u);
   Graph g = builder.instantiate();
   // A new thread has no current context: driver 580 crashed in cuGraphExecKernelNodeSetParams
   // there until update_kernel made the node's context current around it.
@@ -327,8 +325,8 @@ TEST_CASE("update_kernel from a thread with no current context",
   CHECK(updated.current == nullptr);
   CHECK(updated.error.empty());
   CHECK(updated.after == nullptr);  // nothing left current
-  g.launch(s);
-  const auto va = words(s, a);
+  g.launch(c.s);
+  const auto va = words(c.s, a);
   CHECK(va[0] == 1u);
   CHECK(va[1] == 1u);
   CHECK(va[2] == 0u);

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "support.hpp"
+#include "graph_programs.hpp"
 
 namespace conformance {
 namespace {
@@ -111,29 +111,30 @@ struct Fixture {
          api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
   }
   CUgraphNodeParams kernel() {
-    CUgraphNodeParams p{};
-    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-    p.kernel.func = noop;
-    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
-    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
-    p.kernel.kernelParams = args;
+    CUgraphNodeParams p = kernel_params(noop, args);  // graph_programs.hpp
     p.kernel.ctx = ctx;
     return p;
   }
-  // A new graph with one kernel node (`*node`), or null.
+  // A new graph with one kernel node (`*node`), or null (also when the fixture failed).
   CUgraph kernel_graph(CUgraphNode* node) {
     CUgraph g = nullptr;
     CUgraphNodeParams p = kernel();
-    if (api().cuGraphCreate(&g, 0) != CUDA_SUCCESS ||
+    if (!ok || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS ||
         api().cuGraphAddNode(node, g, nullptr, nullptr, 0, &p) != CUDA_SUCCESS)
       return nullptr;
     return g;
   }
+  // An executable of `g`, or null (also for a null `g`).
   CUgraphExec instantiate(CUgraph g) {
     CUgraphExec e = nullptr;
     CUDA_GRAPH_INSTANTIATE_PARAMS ip{};
-    return api().cuGraphInstantiateWithParams(&e, g, &ip) == CUDA_SUCCESS ? e : nullptr;
+    if (g == nullptr || api().cuGraphInstantiateWithParams(&e, g, &ip) != CUDA_SUCCESS) {
+      return nullptr;
+    }
+    return e;
   }
+  // An executable of a new one-kernel graph (its node `*node`), or null.
+  CUgraphExec kernel_exec(CUgraphNode* node) { return instantiate(kernel_graph(node)); }
   // The context the probed call runs with: none, or the node's.
   void make_current(bool own) const { api().cuCtxSetCurrent(own ? ctx : nullptr); }
 };
@@ -164,8 +165,7 @@ CUresult add_to_body(bool own) {
 CUresult exec_kernel_update(bool own) {
   Fixture f;
   CUgraphNode n = nullptr;
-  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
-  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  CUgraphExec e = f.kernel_exec(&n);
   if (e == nullptr) return kSetupFailed;
   CUgraphNodeParams k = f.kernel();
   CUDA_KERNEL_NODE_PARAMS p{};
@@ -221,8 +221,7 @@ CUresult root_add(bool own) {
 CUresult launch(bool own) {
   Fixture f;
   CUgraphNode n = nullptr;
-  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
-  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  CUgraphExec e = f.kernel_exec(&n);
   if (e == nullptr) return kSetupFailed;
   f.make_current(own);
   const CUresult r = api().cuGraphLaunch(e, f.stream);
@@ -234,9 +233,8 @@ CUresult launch(bool own) {
 CUresult whole_update(bool own) {
   Fixture f;
   CUgraphNode n = nullptr, m = nullptr;
-  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
-  CUgraph newer = f.ok ? f.kernel_graph(&m) : nullptr;
-  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  CUgraphExec e = f.kernel_exec(&n);
+  CUgraph newer = f.kernel_graph(&m);
   if (e == nullptr || newer == nullptr) return kSetupFailed;
   CUgraphExecUpdateResultInfo info{};
   f.make_current(own);
@@ -246,8 +244,8 @@ CUresult whole_update(bool own) {
 CUresult set_child(bool own) {
   Fixture f;
   CUgraphNode n = nullptr, m = nullptr;
-  CUgraph child = f.ok ? f.kernel_graph(&n) : nullptr;
-  CUgraph other = f.ok ? f.kernel_graph(&m) : nullptr;
+  CUgraph child = f.kernel_graph(&n);
+  CUgraph other = f.kernel_graph(&m);
   CUgraph g = nullptr;
   if (child == nullptr || other == nullptr || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS)
     return kSetupFailed;
@@ -265,8 +263,7 @@ CUresult set_child(bool own) {
 CUresult set_enabled(bool own) {
   Fixture f;
   CUgraphNode n = nullptr;
-  CUgraph g = f.ok ? f.kernel_graph(&n) : nullptr;
-  CUgraphExec e = g != nullptr ? f.instantiate(g) : nullptr;
+  CUgraphExec e = f.kernel_exec(&n);
   if (e == nullptr) return kSetupFailed;
   f.make_current(own);
   return api().cuGraphNodeSetEnabled(e, n, 0);
