@@ -43,9 +43,10 @@
 //     context forgets its Module (release_context_modules).
 // 11. Launches never point at a Function, Module, Kernel or Library: a KernelLaunch copies the
 //     name, arguments and CPU implementation, so unloading while a launch is in flight, or while
-//     a graph holds the launch, is safe. A launch of a library's kernel holds a weak reference
-//     to the library's liveness token: cuGraphLaunch of an executable that holds such a launch
-//     after the library was unloaded answers CUDA_ERROR_INVALID_HANDLE (the H200 may crash).
+//     a graph holds the launch, is safe. A launch holds a weak reference to the liveness token
+//     of its code (its library's, or its module's): cuGraphLaunch of an executable that holds
+//     such a launch after the library or module was unloaded answers CUDA_ERROR_INVALID_HANDLE
+//     (the H200 may crash; the H100 crashed in cuGraphLaunch for an unloaded module's kernel).
 //     It keeps the handles of the function launched, of its library's kernel and of the
 //     stream's context as values for cuGraphKernelNodeGetParams to hand back (stale after an
 //     unload, as a driver's are), never dereferenced.
@@ -179,7 +180,7 @@ struct Work {
 
 /// Runs a kernel launch: its registered CPU implementation, or nothing (module.cpp).
 void run_kernel(const KernelLaunch& k);
-/// True when the launch is of a library's kernel and the library has been unloaded since.
+/// True when the launch's library or module has been unloaded since.
 bool kernel_code_unloaded(const KernelLaunch& k);
 /// What cuGraphKernelNodeGetParams answers for a kernel node holding launch k: the launch's
 /// configuration, handles, and its copies of the arguments (owned by the launch, so valid while

@@ -338,7 +338,7 @@ CUresult graph_launch(CUgraphExec h, CUstream hs) {
   // The launch keeps the parameters of now: later per-node updates replace e->core.
   std::shared_ptr<ExecCore> core = e->core;
   std::shared_ptr<CondValues> conds = e->conds;
-  // A kernel of a library unloaded since: refused (the H200 may crash: invariant 11).
+  // A kernel of a library or module unloaded since: refused (a GPU may crash: invariant 11).
   if (code_unloaded(*core)) return CUDA_ERROR_INVALID_HANDLE;
   Steps steps;
   prepare(*core, &steps);

@@ -30,8 +30,8 @@ struct KernelImpl {
 struct KernelLaunch {
   std::string name;
   std::shared_ptr<const KernelImpl> impl;  // null: a no-op
-  bool of_library = false;
-  std::weak_ptr<const int> library;  // the library's liveness token (invariant 11)
+  // The liveness token of the code launched: its library's, or its module's (invariant 11).
+  std::weak_ptr<const int> code;
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
@@ -593,10 +593,7 @@ CUresult make_launch(const Function& fn, const LaunchRequest& q, Context* ctx, v
   k->func = reinterpret_cast<CUfunction>(const_cast<Function*>(f));
   k->kern = reinterpret_cast<CUkernel>(f->kernel);
   k->ctx = reinterpret_cast<CUcontext>(ctx);
-  if (f->module->library) {
-    k->of_library = true;
-    k->library = f->module->library->alive;
-  }
+  k->code = f->module->library ? f->module->library->alive : f->module->alive;
   {
     Kernels& ks = kernels();
     std::lock_guard<std::mutex> klk(ks.mu);
@@ -963,7 +960,7 @@ void release_context_modules(Context* ctx) {
   }
 }
 
-bool kernel_code_unloaded(const KernelLaunch& k) { return k.of_library && k.library.expired(); }
+bool kernel_code_unloaded(const KernelLaunch& k) { return k.code.expired(); }
 
 void run_kernel(const KernelLaunch& k) {
   if (k.impl) {

@@ -85,6 +85,8 @@ struct Module {
   std::map<std::string, size_t> static_shared;         // PTX: name -> static shared bytes
   std::map<std::string, std::unique_ptr<Function>> functions;
   Library* library = nullptr;  // set: the module of a library in ctx (not counted as live)
+  // Its launches' liveness token (invariant 11); a library's module uses the library's.
+  std::shared_ptr<const int> alive = std::make_shared<const int>(0);
 };
 
 /// The attributes of a kernel on one device that cuKernelSetAttribute changes.

@@ -121,7 +121,7 @@ detail::CapturedGraph detail::end_capture_graph(StreamRef s) {
 
 Graph end_capture(StreamRef s, InstantiateFlags flags) {
   const detail::CapturedGraph ended = detail::end_capture_graph(s);
-  return Graph::from_capture(ended.graph, flags, s, ended.libraries_since);
+  return Graph::from_capture(ended.graph, flags, s, ended.code_since);
 }
 
 CaptureInfo capture_info(StreamRef s) noexcept {

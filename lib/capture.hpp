@@ -13,7 +13,7 @@ namespace custream::detail {
 /// (libraries.md, invariant 5): the capture's own when custream began it, else kAnyCapture.
 struct CapturedGraph {
   CUgraph graph;
-  std::uint64_t libraries_since;
+  std::uint64_t code_since;
 };
 
 /// Ends the capture `stream` began (cuStreamEndCapture, invariant 5) and returns the graph,

@@ -221,7 +221,7 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
-                  std::uint64_t libraries_since, bool keeper) {
+                  std::uint64_t code_since, bool keeper) {
   if (graph == nullptr) {
     detail::throw_error(CUDA_ERROR_INVALID_VALUE, "custream::Graph", {}, "the CUgraph is null");
   }
@@ -237,7 +237,7 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   g.graph_ = graph;
   g.flags_ = flags;
   detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
-  g.owner_.get()->libraries.hold_since(libraries_since);  // libraries.md, invariant 5
+  g.owner_.get()->code.hold_since(code_since);  // libraries.md 5, modules.md 7
 
   CUcontext context = stream.context();  // invariant 3
   if (context == nullptr) {
@@ -281,7 +281,7 @@ Graph Graph::from_builder(const detail::Shared<detail::BuilderOwner>& builder,
   ContextScope scope(b.context);
   Graph g = make(b.root(), false, flags, stream, ~std::uint64_t{0}, true);  // + keeper (U2)
   g.owner_.get()->builder = builder;  // the graph and what its nodes own (invariant B1)
-  g.owner_.get()->libraries.hold(b.libraries);
+  g.owner_.get()->code.hold(b.code);
   if (b.context.owned()) g.keep_context(b.context);
   return g;
 }
@@ -295,8 +295,8 @@ Graph Graph::adopt(CUgraph graph, InstantiateFlags flags, StreamRef upload_strea
 }
 
 Graph Graph::from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
-                          std::uint64_t libraries_since) {
-  return make(graph, true, flags, stream, libraries_since);
+                          std::uint64_t code_since) {
+  return make(graph, true, flags, stream, code_since);
 }
 
 Graph Graph::adopt(CUgraph graph, InstantiateFlags flags) {
@@ -362,7 +362,7 @@ void Graph::update(const Graph& newer) {
   detail::GraphOwner& o = *owner_.get();
   if (newer.owner_) {
     const detail::GraphOwner& n = *newer.owner_.get();
-    o.libraries.hold(n.libraries);                                          // invariant 5, inline
+    o.code.hold(n.code);                                          // invariant 5, inline
     if (n.builder) return update_from_builder(o, n.builder, newer.graph_);  // U7, cold
   }
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
@@ -377,7 +377,7 @@ void Graph::update_from_capture(StreamRef stream) {
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
   } captured{ended.graph};
   detail::own_run_once_nodes(captured.graph, true);           // invariant 6
-  owner_.get()->libraries.hold_since(ended.libraries_since);  // libraries.md, invariant 5
+  owner_.get()->code.hold_since(ended.code_since);  // libraries.md 5, modules.md 7
   if (owner_.get()->updates.active) return update_exec_with_nodes(*owner_.get(), captured.graph);
   update_exec(graph_, exec_, captured.graph);
 }

@@ -18,10 +18,16 @@ void Kernel::launch_raw(StreamRef stream, Dim3 grid, Dim3 block, std::size_t sha
     detail::refuse_shared_bytes("custream::Kernel::launch", stream,
                                 "kernel " + detail::pointer_text(function_), shared_bytes);
   }
+  if (module_.owner_) detail::note_launch(*module_.owner_.get());  // invariant 7
   const CUresult r = detail::api().cuLaunchKernel(  // raw: hot path, one call
       function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
       static_cast<unsigned>(shared_bytes), stream.handle(), params, nullptr);
   if (r != CUDA_SUCCESS) launch_failed(r, stream, grid, block, shared_bytes, params);
+}
+
+CUfunction Kernel::handle() const noexcept {
+  if (module_.owner_) detail::note_exposed(*module_.owner_.get());  // may be launched raw (7)
+  return function_;
 }
 
 namespace detail {
@@ -65,6 +71,7 @@ void Kernel::check(StreamRef stream, const std::size_t* sizes, std::size_t count
 }
 
 void Kernel::launch_raw(StreamRef stream, const LaunchConfig& config, void** params) const {
+  if (module_.owner_) detail::note_launch(*module_.owner_.get());  // invariant 7
   detail::launch_with_config(function_, stream, config, params, {});
 }
 

@@ -20,6 +20,7 @@
 #include "custream/library_kernel.hpp"
 #include "launch.hpp"
 #include "shared.hpp"
+#include "support/held_code.hpp"
 
 namespace custream {
 class StreamRef;
@@ -58,7 +59,7 @@ struct KernelState {
 std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept;
 
 /// A loaded library; the last reference unloads it (invariant 1).
-struct LibraryOwner : Counted {
+struct LibraryOwner : LaunchedCode {
   ~LibraryOwner();
   CUlibrary library = nullptr;
   /// Every kernel, enumerated at load (invariant 2): immutable afterwards, read without a lock.
@@ -70,13 +71,6 @@ struct LibraryOwner : Counted {
   bool enumerated = false;
   std::mutex lazy_mutex;
   std::unordered_map<std::string, std::unique_ptr<KernelState>> lazy;
-  /// How many graphs hold this library (invariant 5).
-  std::atomic<long> graphs{0};
-  /// The capture epoch of its last launch through a LibraryKernel (invariant 5).
-  std::atomic<std::uint64_t> launched{0};
-  /// Whether a raw handle of its code was handed out (Library::handle, LibraryKernel::handle
-  /// or function): then any graph may launch it, and every graph holds it (invariant 5).
-  std::atomic<bool> exposed{false};
   /// The JIT's logs of the load (invariant 8): immutable after the load.
   std::string jit_error_log;
   std::string jit_info_log;
@@ -97,19 +91,10 @@ inline Subject library_subject(CUlibrary library) noexcept {
   return {Subject::What::library, library, -1};
 }
 
-/// Every loaded library, so that a graph can hold those it may launch (invariant 5). Guarded by
-/// its mutex: written when a library is loaded or unloaded, read when custream instantiates a
-/// graph, never on a launch.
-struct Registry {
-  std::mutex mutex;
-  std::vector<LibraryOwner*> owners;
-};
-/// The one registry (never destroyed: owners may outlive static destruction).
-Registry& registry();
-/// Adds `owner` to the registry.
-void register_owner(LibraryOwner* owner);
-/// Forgets `owner`; the caller holds the registry's mutex.
-void unregister_locked(Registry& r, LibraryOwner* owner) noexcept;
+/// The registry of loaded libraries (invariant 5; support/held_code.hpp).
+using Registry = CodeRegistry<LibraryOwner>;
+/// The one registry of libraries.
+inline Registry& registry() { return code_registry<LibraryOwner>(); }
 
 /// An image in the cache and its library (invariant 4).
 struct CacheEntry {
@@ -151,31 +136,6 @@ Library cached_load(const void* image, std::size_t bytes,
 /// capture nor leaks (invariant 4).
 void drop_entries(std::list<CacheEntry>& dropped) noexcept;
 
-/// The capture epoch: raised before every capture custream begins (invariant 5).
-extern std::atomic<std::uint64_t> g_capture_epoch;
-/// "Every library launched at all": the epoch of a graph whose capture custream did not begin.
-inline constexpr std::uint64_t kAnyCapture = 1;
-
-/// Raises the capture epoch and returns the new one (before a capture begins).
-std::uint64_t next_capture_epoch() noexcept;
-
-/// Raises `owner`'s launch stamp to `epoch`.
-void stamp_launch(LibraryOwner& owner, std::uint64_t epoch) noexcept;
-
-/// Records a launch of `owner`'s code (invariant 5): two relaxed loads and a compare, and a
-/// store once per capture epoch.
-inline void note_launch(LibraryOwner& owner) noexcept {
-  const std::uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed);
-  if (owner.launched.load(std::memory_order_relaxed) < epoch) stamp_launch(owner, epoch);
-}
-
-/// Records that a raw handle of `owner`'s code was handed out (invariant 5).
-inline void note_exposed(LibraryOwner& owner) noexcept {
-  if (!owner.exposed.load(std::memory_order_relaxed)) {
-    owner.exposed.store(true, std::memory_order_relaxed);
-  }
-}
-
 /// The parameter sizes of `state`'s kernel, asked once with `stream`'s context current
 /// (cuKernelGetParamInfo); leaves state.params known or unknown. @throws Error on a driver
 /// failure other than "cannot tell".
@@ -194,34 +154,5 @@ void load_param_sizes(KernelState& state, const StreamRef& stream);
 /// Throws the Error of a typed launch whose `count` arguments of `sizes` do not match the
 /// kernel's parameters, naming the first mismatch; returns when they match.
 void check_arguments(const KernelState& state, const std::size_t* sizes, std::size_t count);
-
-/// The libraries a graph may launch, held while the graph (and its executable) lives
-/// (invariant 5): those launched through a LibraryKernel since its capture began, and those
-/// whose raw handles were handed out. Filled when custream instantiates or updates it; never
-/// copied.
-class GraphLibraries {
- public:
-  GraphLibraries() = default;
-  GraphLibraries(const GraphLibraries&) = delete;
-  GraphLibraries& operator=(const GraphLibraries&) = delete;
-  ~GraphLibraries();
-
-  /// Holds every loaded library launched at capture epoch `since` or later, or exposed.
-  void hold_since(std::uint64_t since);
-  /// Holds `other`'s libraries too: inline nothing when `other` holds none (a graph update from
-  /// a graph without library kernels pays one comparison, no call).
-  void hold(const GraphLibraries& other) {
-    if (!other.held_.empty()) hold_more(other);
-  }
-  /// Holds `owner` too (a library a kernel node launches). @throws std::bad_alloc.
-  void hold(LibraryOwner* owner);
-  /// How many libraries are held.
-  std::size_t size() const noexcept { return held_.size(); }
-
- private:
-  void hold_more(const GraphLibraries& other);  // hold() for a non-empty `other`
-  void add(LibraryOwner* owner);                 // a reference already taken
-  std::vector<LibraryOwner*> held_;
-};
 
 }  // namespace custream::detail

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -22,6 +23,7 @@ namespace custream {
 namespace detail {
 
 ModuleOwner::~ModuleOwner() {
+  unregister_code(this);  // first: no graph can take a reference from here on (invariant 7)
   // Unloaded with its context current, set and restored with release calls: a release never
   // throws, and every failure reaches the release-error handler (invariant 1). A context
   // that cannot be made current still gets the unload attempted.
@@ -105,17 +107,25 @@ Module Module::load(const void* image, const Context& where, const char* what) {
         logs.failure(std::string(what) + " into the " + to_string(where.kind()) + " context " +
                      detail::pointer_text(context)));
   }
-  Module m;
+  std::unique_ptr<detail::ModuleOwner> owner;
   try {
-    m.owner_ = detail::Shared<detail::ModuleOwner>(
-        new detail::ModuleOwner{{}, module, context, where.owned() ? where : Context()});
+    owner = std::make_unique<detail::ModuleOwner>(module, context,
+                                                  where.owned() ? where : Context());
   } catch (...) {
     detail::release_call<&DriverApi::cuModuleUnload>("module", module, module);
     throw;
   }
+  detail::register_code(owner.get());  // invariant 7; a failure unloads it (the owner)
+  Module m;
+  m.owner_ = detail::Shared<detail::ModuleOwner>(owner.release());
   m.module_ = module;
   m.device_ = device;
   return m;
+}
+
+CUmodule Module::handle() const noexcept {
+  if (owner_) detail::note_exposed(*owner_.get());  // its kernels may be launched raw (7)
+  return module_;
 }
 
 CUcontext Module::context() const noexcept { return owner_ ? owner_.get()->context : nullptr; }

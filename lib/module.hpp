@@ -11,10 +11,10 @@
 #include "custream/detail/cuda.hpp"
 #include "launch.hpp"
 #include "shared.hpp"
+#include "support/held_code.hpp"
 
 namespace custream::detail {
 
-/// A loaded module and the context it was loaded into; the last reference unloads it.
 /// A kernel of a module, as its typed launches check it (modules.md, invariant 6).
 struct KernelParams {
   std::string name;
@@ -32,7 +32,12 @@ struct KernelParams {
                                                          const std::size_t* sizes,
                                                          std::size_t count);
 
-struct ModuleOwner : Counted {
+/// A loaded module; registered from load to its destructor, so that graphs can hold it
+/// (invariant 7).
+struct ModuleOwner : LaunchedCode {
+  ModuleOwner(CUmodule m, CUcontext c, Context k) noexcept
+      : module(m), context(c), keep(std::move(k)) {}
+  /// Unregisters it, then unloads it with its context current. Never throws.
   ~ModuleOwner();
   CUmodule module = nullptr;
   CUcontext context = nullptr;

@@ -19,6 +19,7 @@
 #include "custream/host_function.hpp"
 #include "custream/module.hpp"
 #include "custream/stream.hpp"
+#include "driver.hpp"
 #include "emu_control.h"
 #include "graph_support.hpp"
 #include "test_support.hpp"
@@ -306,6 +307,68 @@ TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][gra
   const std::string plain = g.dot(), verbose = g.dot(true);
   CHECK(plain.find("add_one") != std::string::npos);
   CHECK(verbose != plain);
+}
+
+TEST_CASE("graphs hold the modules they may launch: captured, raw handles, foreign captures",
+          "[kernel][graph][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  if (custream_test::emulated()) {
+    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+        "custream_emu_register_kernel");
+    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+  }
+  const auto& api = custream::detail::api();
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::DeviceBuffer data(sizeof(int));
+  s.memset32(data.get(), 0, 1);
+  CUdeviceptr p = data.get();
+  unsigned n = 1;
+  void* params[] = {&p, &n};
+  // Every handle of each module is dropped before its graph launches: without the graph's
+  // reference the module is unloaded, and the launch reads freed code (a GPU crashes in
+  // cuGraphLaunch; the emulator answers CUDA_ERROR_INVALID_HANDLE).
+  Graph captured, raw, adopted;
+  {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    s.begin_capture();
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    captured = s.end_capture();
+  }
+  {
+    const Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    const CUfunction f = k.handle();  // exposed: launched raw below
+    s.begin_capture();
+    REQUIRE(api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s.handle(), params, nullptr) ==
+            CUDA_SUCCESS);
+    raw = s.end_capture();
+  }
+  {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    REQUIRE(api.cuStreamBeginCapture(s.handle(), CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    CUgraph g = nullptr;
+    REQUIRE(api.cuStreamEndCapture(s.handle(), &g) == CUDA_SUCCESS);
+    adopted = Graph::adopt(g, custream::InstantiateFlags::upload, s);
+  }
+  for (const Graph* g : {&captured, &raw, &adopted}) g->launch(s);
+  CHECK(read(s, data)[0] == 3);
+
+  // Precision: a module launched before a capture, not in it, and never exposed, is not held
+  // by the graph: it is unloaded with its last handle.
+  Graph unrelated;
+  long with_module = 0;
+  {
+    Kernel before = Module::from_ptx(kPtx).kernel("add_one");
+    before.launch(s, {1}, {1}, 0, data.get(), 1u);
+    s.begin_capture();
+    s.memset32(data.get(), 7, 1);
+    unrelated = s.end_capture();
+    s.synchronize();
+    if (custream_test::emulated()) with_module = custream_test::emu_live_objects();
+  }
+  if (custream_test::emulated()) CHECK(custream_test::emu_live_objects() == with_module - 1);
+  unrelated.launch(s);
+  CHECK(read(s, data)[0] == 7);
 }
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight",

@@ -240,15 +240,16 @@ class Graph {
   friend class Stream;
   friend Graph end_capture(StreamRef stream, InstantiateFlags flags);
   friend class GraphBuilder;
-  /// Instantiates `graph` (owned or not); the libraries launched since capture epoch
-  /// `libraries_since` are held as long as it lives (docs/design/libraries.md, invariant 5).
+  /// Instantiates `graph` (owned or not); the libraries and modules launched since capture
+  /// epoch `code_since` are held as long as it lives (docs/design/libraries.md, invariant 5;
+  /// modules.md, invariant 7).
   /// With `keeper`, the executable gets a keeper (a Graph made by a GraphBuilder: per-node
   /// updates that give it payloads, set_host and set_child, need one; graphs.md, U2).
   static Graph make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
-                    std::uint64_t libraries_since, bool keeper = false);
+                    std::uint64_t code_since, bool keeper = false);
   /// make() for the graph of a capture custream ended.
   static Graph from_capture(CUgraph graph, InstantiateFlags flags, StreamRef stream,
-                            std::uint64_t libraries_since);
+                            std::uint64_t code_since);
   /// make() for the root graph of `builder` (not owned: `builder` destroys it), which the
   /// Graph holds, with its libraries, as long as it lives (graphs.md, "Builders").
   static Graph from_builder(const detail::Shared<detail::BuilderOwner>& builder,

@@ -35,8 +35,9 @@ class Kernel {
   /// No kernel.
   Kernel() noexcept = default;
 
-  /// The CUfunction.
-  CUfunction handle() const noexcept { return function_; }
+  /// The CUfunction (null when empty). A raw handle leaves custream's sight: every graph
+  /// custream instantiates from then on holds the module, since it may launch the function.
+  CUfunction handle() const noexcept;
   /// The module it belongs to.
   const Module& module() const noexcept { return module_; }
 

@@ -68,8 +68,9 @@ class Module {
   /// @throws Error (CUDA_ERROR_NOT_FOUND from the driver) naming the kernel when absent.
   Kernel kernel(const std::string& name) const;
 
-  /// The CUmodule (null when empty).
-  CUmodule handle() const noexcept { return module_; }
+  /// The CUmodule (null when empty). A raw handle leaves custream's sight: every graph
+  /// custream instantiates from then on holds the module, since it may launch its functions.
+  CUmodule handle() const noexcept;
   /// The device it was loaded on (-1 when empty).
   int device_id() const noexcept { return device_; }
   /// The context it was loaded into (null when empty).
@@ -77,6 +78,7 @@ class Module {
 
  private:
   friend class Kernel;
+  friend class GraphBuilder;  // kernel nodes hold their modules
   static Module load(const void* image, const Context& context, const char* what);
   static Context context_for(int device_id);
 

@@ -20,7 +20,7 @@ struct GraphOwner : Counted {
   CUgraph graph = nullptr;   // the graph this executable was instantiated from
   bool owned = false;        // adopted or from end_capture: destroyed with the last reference
   Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
-  GraphLibraries libraries;  // the libraries its kernels come from (libraries.md, invariant 5)
+  GraphCode code;  // the libraries and modules its kernels come from (support/held_code.hpp)
   Shared<BuilderOwner> builder;        // the builder it was instantiated from (graphs.md, Builders)
   Shared<BuilderOwner> update_source;  // the builder of the last update's graph (U7)
   CUcontext context = nullptr;         // the context it was instantiated in (memset/memcpy updates)

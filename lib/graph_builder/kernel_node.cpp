@@ -118,7 +118,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   unsigned n = 0;
   CUgraphNodeParams p = kernel_params(site, kernel.function_, config, params, {}, attributes, &n);
   const bool known = std::any_of(owner.modules.begin(), owner.modules.end(), [&](const Module& m) {
-    return m.handle() == kernel.module_.handle();
+    return m.owner_.get() == kernel.module_.owner_.get();
   });
   if (!known) owner.modules.reserve(owner.modules.size() + 1);
   const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
@@ -149,7 +149,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKe
   CUlaunchAttribute attributes[6];
   unsigned n = 0;
   CUgraphNodeParams p = kernel_params(site, function, config, params, state.name, attributes, &n);
-  owner.libraries.hold(kernel.library_.owner_.get());  // loaded while the graph lives (B3)
+  owner.code.hold(kernel.library_.owner_.get());  // loaded while the graph lives (B3)
   const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
   set_attributes(node.handle(), graph_, context, attributes, n);
   return node;

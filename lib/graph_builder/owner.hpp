@@ -41,8 +41,9 @@ struct BuilderOwner : Counted {
   std::vector<CUgraph> graphs;
   /// The context every node runs in (held: an owned context outlives its graphs).
   Context context;
-  /// The libraries that library-kernel nodes launch (libraries.md, invariant 5).
-  GraphLibraries libraries;
+  /// The libraries that library-kernel nodes launch, and the libraries and modules launched
+  /// into its graphs by a capture (support/held_code.hpp).
+  GraphCode code;
   /// The modules that kernel nodes launch.
   std::vector<Module> modules;
   /// The events of event record and wait nodes.

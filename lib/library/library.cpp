@@ -97,7 +97,7 @@ Library Library::load_new(const detail::Loaded& l, const void* image, std::size_
   }
   detail::keep_jit_logs(*owner, logs);  // invariant 8; a failure unloads it (the owner)
   detail::enumerate(*owner, l);
-  detail::register_owner(owner.get());  // invariant 5; the owner's destructor unregisters it
+  detail::register_code(owner.get());  // invariant 5; the owner's destructor unregisters it
   if (cacheable != nullptr) *cacheable = !owner->broken();  // invariant 8
   Library library;
   library.owner_ = detail::Shared<detail::LibraryOwner>(owner.release());
@@ -199,7 +199,7 @@ void Library::unload() {
     detail::call<&DriverApi::cuLibraryUnload>(detail::library_subject(owner->library),
                                               owner->library);
     owner->library = nullptr;  // unloaded: the owner's destructor has nothing left to do
-    detail::unregister_locked(r, owner);
+    detail::unregister_code_locked(r, owner);
     if (entry != c.entries.end()) {
       cached = std::move(entry->library);
       c.bytes -= entry->image.size();
