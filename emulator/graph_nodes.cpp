@@ -172,9 +172,7 @@ CUresult graph_add_node(CUgraphNode* ph, CUgraph h, const CUgraphNode* deps,
   std::lock_guard<std::mutex> lk(state().mu);
   Graph* g = as_graph(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  if (p->type == CU_GRAPH_NODE_TYPE_KERNEL && g->owner &&
-      g->owner->work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL && !current_context())
-    return kNoCurrentContext;
+  if (p->type == CU_GRAPH_NODE_TYPE_KERNEL && !current_context()) return kNoCurrentContext;
   std::vector<Node*> d;
   if (CUresult r = check_deps(g, deps, n, &d)) return r;
   return add_generic(ph, g, d, p);

@@ -43,15 +43,9 @@ void grow_for(std::vector<T>& v, std::size_t more) {
 }
 }  // namespace
 
-void BuilderOwner::reserve(std::size_t count) {
+void BuilderOwner::grow(std::size_t count) {
   grow_for(nodes, 1);
   grow_for(edges, count);
-}
-
-void BuilderOwner::record(CUgraphNode node, CUgraph graph, GraphNodeKind kind,
-                          const CUgraphNode* after, std::size_t count) noexcept {
-  nodes.push_back({node, graph, kind});
-  for (std::size_t i = 0; i < count; ++i) edges.emplace_back(after[i], node);
 }
 
 bool BuilderOwner::holds(const BuilderOwner* other) const noexcept {

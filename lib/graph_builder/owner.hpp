@@ -74,12 +74,20 @@ struct BuilderOwner : Counted {
   /// (GraphCaptureScope) does for the nodes it appended. Never throws: room was reserved by
   /// reserve(`count`) before the driver call.
   void record(CUgraphNode node, CUgraph graph, GraphNodeKind kind, const CUgraphNode* after,
-              std::size_t count) noexcept;
+              std::size_t count) noexcept {
+    nodes.push_back({node, graph, kind});
+    for (std::size_t i = 0; i < count; ++i) edges.emplace_back(after[i], node);
+  }
   /// Makes room for one more node with `count` edges (geometric growth: no allocation per
-  /// node). @throws std::bad_alloc.
-  void reserve(std::size_t count);
+  /// node; inline when there is room). @throws std::bad_alloc.
+  void reserve(std::size_t count) {
+    if (nodes.size() == nodes.capacity() || edges.capacity() - edges.size() < count) grow(count);
+  }
   /// Whether this owner holds `other`, or a child of it does (so `other` cannot also hold it).
   bool holds(const BuilderOwner* other) const noexcept;
+
+ private:
+  void grow(std::size_t count);  // reserve() when a vector is full
 };
 
 /// The graph in Graphviz DOT (cuGraphDebugDotPrint through a temporary file), `who` naming the

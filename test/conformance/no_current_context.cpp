@@ -1,6 +1,7 @@
 // Driver calls on kernel nodes made with no context current on the calling thread. Driver 580
-// (an H100) crashes with SIGSEGV in two of them whatever context the node's parameters name,
-// so each probe runs in a child process that loads the driver itself (this process never
+// (an H100) crashes with SIGSEGV in the kernel-node adds and exec updates whatever context the
+// node's parameters name (and answers launches and whole updates), so each probe runs in a
+// child process that loads the driver itself (this process never
 // does) and sends back the call's result; the parent reports a crash as a crash. Its own
 // program (driver-context-probes), tags as the rest of the suite (test/conformance/README.md).
 // On a GPU: CUSTREAM_LIBCUDA unset, `build/test/driver-context-probes`.
@@ -201,13 +202,6 @@ TEST_CASE("a kernel node added to a conditional body needs a current context", "
   expect_needs_current("cuGraphAddNode (kernel) into an IF body", add_to_body);
 }
 
-TEST_CASE("cuGraphExecKernelNodeSetParams needs a current context", "[conformance]") {
-  expect_needs_current("cuGraphExecKernelNodeSetParams", exec_kernel_update);
-}
-
-// The calls not measured yet on a kernel graph with no current context: what each does is
-// printed, and a crash fails the case: custream makes them without making a context current
-// (Graph::launch, update, set_child, set_enabled), so a crash here says it must.
 CUresult root_add(bool own) {
   Fixture f;
   CUgraph g = nullptr;
@@ -218,6 +212,17 @@ CUresult root_add(bool own) {
   return api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &k);
 }
 
+TEST_CASE("a kernel node added to a root graph needs a current context", "[conformance]") {
+  expect_needs_current("cuGraphAddNode (kernel) into a root graph", root_add);
+}
+
+TEST_CASE("cuGraphExecKernelNodeSetParams needs a current context", "[conformance]") {
+  expect_needs_current("cuGraphExecKernelNodeSetParams", exec_kernel_update);
+}
+
+// Calls on a kernel graph that a real driver 580 answers with no current context (an H100
+// printed CUDA_SUCCESS for each): custream makes them without making a context current
+// (Graph::launch, update, set_child, set_enabled), so a crash here says it must.
 CUresult launch(bool own) {
   Fixture f;
   CUgraphNode n = nullptr;
@@ -269,10 +274,8 @@ CUresult set_enabled(bool own) {
   return api().cuGraphNodeSetEnabled(e, n, 0);
 }
 
-TEST_CASE("kernel-graph calls with no current context: launch, updates, a root add",
-          "[conformance][unsure]") {
+TEST_CASE("kernel-graph launch and updates work with no current context", "[conformance]") {
   const std::pair<const char*, CUresult (*)(bool)> probes[] = {
-      {"cuGraphAddNode (kernel) into a root graph", root_add},
       {"cuGraphLaunch of a kernel graph", launch},
       {"cuGraphExecUpdate of a kernel graph", whole_update},
       {"cuGraphExecChildGraphNodeSetParams (kernel children)", set_child},
@@ -287,6 +290,54 @@ TEST_CASE("kernel-graph calls with no current context: launch, updates, a root a
     CHECK_FALSE(own.crashed);
     CHECK(own.result == CUDA_SUCCESS);
     CHECK_FALSE(none.crashed);  // a crash here: custream's caller needs a context made current
+    CHECK(none.result == CUDA_SUCCESS);
+  }
+}
+
+// cuGraphAddNode of a node of another kind, its context in the parameters where it has one.
+CUresult other_add(bool own, CUgraphNodeType type) {
+  Fixture f;
+  CUgraph g = nullptr;
+  if (!f.ok || api().cuGraphCreate(&g, 0) != CUDA_SUCCESS) return kSetupFailed;
+  CUgraphNodeParams p{};
+  p.type = type;
+  if (type == CU_GRAPH_NODE_TYPE_MEMSET) {
+    p.memset.dst = f.word;
+    p.memset.value = 1;
+    p.memset.elementSize = 4;
+    p.memset.width = 1;
+    p.memset.height = 1;
+    p.memset.ctx = f.ctx;
+  } else if (type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    p.memcpy.copyCtx = f.ctx;
+    p.memcpy.copyParams.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.memcpy.copyParams.srcDevice = f.word;
+    p.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.memcpy.copyParams.dstDevice = f.word;
+    p.memcpy.copyParams.WidthInBytes = 4;
+    p.memcpy.copyParams.Height = 1;
+    p.memcpy.copyParams.Depth = 1;
+  }
+  CUgraphNode n = nullptr;
+  f.make_current(own);
+  return api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &p);
+}
+
+TEST_CASE("memset, memcpy and empty node adds with no current context",
+          "[conformance][unsure]") {
+  const std::pair<const char*, CUgraphNodeType> kinds[] = {
+      {"cuGraphAddNode (memset)", CU_GRAPH_NODE_TYPE_MEMSET},
+      {"cuGraphAddNode (memcpy)", CU_GRAPH_NODE_TYPE_MEMCPY},
+      {"cuGraphAddNode (empty)", CU_GRAPH_NODE_TYPE_EMPTY}};
+  for (const auto& [what, type] : kinds) {
+    INFO(what);
+    const Outcome none = in_child([type = type] { return other_add(false, type); });
+    const Outcome own = in_child([type = type] { return other_add(true, type); });
+    WARN(what << ": no current context -> " << none.text() << "; its context current -> "
+              << own.text());
+    if (none.skipped) CUSTREAM_SKIP("no usable driver");
+    CHECK(own.result == CUDA_SUCCESS);
+    CHECK_FALSE(none.crashed);  // a crash: custream's builder must keep its context current
   }
 }
 
