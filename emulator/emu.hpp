@@ -466,8 +466,8 @@ constexpr CUresult kBodyNodeRefused = CUDA_ERROR_INVALID_VALUE;  // so on an H10
 CUresult check_bodies(const Graph& g);
 /// What the emulator answers where driver 580 crashes (SIGSEGV, measured on an H100) for want
 /// of a current context, whatever context the parameters name: cuGraphAddNode of a kernel node
-/// (to a root graph or a conditional body), and cuGraphExecKernelNodeSetParams. An error instead of a crash, so
-/// that a test sees a caller that forgot to make the context current.
+/// (to a root graph or a conditional body), and cuGraphExecKernelNodeSetParams. An error instead of
+/// a crash, so that a test sees a caller that forgot to make the context current.
 constexpr CUresult kNoCurrentContext = CUDA_ERROR_INVALID_CONTEXT;
 /// What instantiating a graph answers while another executable of it lives, when the graph (at
 /// any depth) holds a conditional node (IF or WHILE) or a memory allocation node (so on an H100,

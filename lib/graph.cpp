@@ -362,7 +362,7 @@ void Graph::update(const Graph& newer) {
   detail::GraphOwner& o = *owner_.get();
   if (newer.owner_) {
     const detail::GraphOwner& n = *newer.owner_.get();
-    o.code.hold(n.code);                                          // invariant 5, inline
+    o.code.hold(n.code);                                                    // invariant 5, inline
     if (n.builder) return update_from_builder(o, n.builder, newer.graph_);  // U7, cold
   }
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
@@ -377,7 +377,7 @@ void Graph::update_from_capture(StreamRef stream) {
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
   } captured{ended.graph};
   detail::own_run_once_nodes(captured.graph, true);           // invariant 6
-  owner_.get()->code.hold_since(ended.code_since);  // libraries.md 5, modules.md 7
+  owner_.get()->code.hold_since(ended.code_since);            // libraries.md 5, modules.md 7
   if (owner_.get()->updates.active) return update_exec_with_nodes(*owner_.get(), captured.graph);
   update_exec(graph_, exec_, captured.graph);
 }

@@ -109,8 +109,8 @@ Module Module::load(const void* image, const Context& where, const char* what) {
   }
   std::unique_ptr<detail::ModuleOwner> owner;
   try {
-    owner = std::make_unique<detail::ModuleOwner>(module, context,
-                                                  where.owned() ? where : Context());
+    owner =
+        std::make_unique<detail::ModuleOwner>(module, context, where.owned() ? where : Context());
   } catch (...) {
     detail::release_call<&DriverApi::cuModuleUnload>("module", module, module);
     throw;

@@ -5,9 +5,9 @@
 // Contract: the capture begins and ends under the capture-transitions lock with a fresh capture
 // epoch, as custream's other captures (capture.cpp): host functions enqueued meanwhile become
 // host nodes the builder's graph owns (a run-once node that slipped in is made graph-owned at
-// the end), and libraries and modules launched during the capture are held by the builder. The graph is the
-// builder's: ending never destroys it. A host function enqueued while capturing into a body is
-// refused by host_function.cpp through conditional.cpp's check_capture_accepts_host.
+// the end), and libraries and modules launched during the capture are held by the builder. The
+// graph is the builder's: ending never destroys it. A host function enqueued while capturing into a
+// body is refused by host_function.cpp through conditional.cpp's check_capture_accepts_host.
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -193,7 +193,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
 void GraphCaptureScope::settle() {
   range_.end();                                                             // the capture has ended
   if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
-  into_.owner_.get()->code.hold_since(epoch_);  // libraries.md 5, modules.md 7
+  into_.owner_.get()->code.hold_since(epoch_);                    // libraries.md 5, modules.md 7
   record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
 }
 

@@ -323,8 +323,7 @@ CUresult other_add(bool own, CUgraphNodeType type) {
   return api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &p);
 }
 
-TEST_CASE("memset, memcpy and empty node adds with no current context",
-          "[conformance][unsure]") {
+TEST_CASE("memset, memcpy and empty node adds with no current context", "[conformance][unsure]") {
   const std::pair<const char*, CUgraphNodeType> kinds[] = {
       {"cuGraphAddNode (memset)", CU_GRAPH_NODE_TYPE_MEMSET},
       {"cuGraphAddNode (memcpy)", CU_GRAPH_NODE_TYPE_MEMCPY},
