@@ -231,6 +231,9 @@ class GraphBuilder {
   /// @throws Error naming `call` on a driver failure.
   GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
                      const char* call);
+  /// add_node() for dependencies check_add() has accepted (the kernel paths check them first).
+  GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
+                             GraphNodeKind kind, const char* call);
   GraphNode add_kernel_node(GraphDependencies after, const Kernel& kernel,
                             const LaunchConfig& config, void** params, const std::size_t* sizes,
                             std::size_t count);

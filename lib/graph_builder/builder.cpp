@@ -129,6 +129,11 @@ void GraphBuilder::check_add(GraphDependencies after, const char* call) const {
 GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& params,
                                  GraphNodeKind kind, const char* call) {
   check_add(after, call);
+  return add_checked_node(after, params, kind, call);
+}
+
+GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
+                                         GraphNodeKind kind, const char* call) {
   detail::BuilderOwner& owner = *owner_.get();
   // The driver takes an array of CUgraphNode: on the stack for up to 8 dependencies.
   CUgraphNode small[8];

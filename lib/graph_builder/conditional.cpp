@@ -16,6 +16,7 @@
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
+#include "node_params.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -34,8 +35,7 @@ CUgraphNodeParams conditional_params(const GraphBuilder& builder,
   if (!builder) detail::refuse_empty_builder(call);
   detail::check_condition_of(builder, condition, call, /*same_graph=*/true);
   detail::check_conditional_driver(detail::loaded().version, type, size, call);
-  CUgraphNodeParams params{};
-  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  CUgraphNodeParams params = detail::node_params(CU_GRAPH_NODE_TYPE_CONDITIONAL);
   params.conditional.handle = condition.handle();
   params.conditional.type = type;
   params.conditional.size = size;

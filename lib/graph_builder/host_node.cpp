@@ -9,6 +9,7 @@
 #include "driver.hpp"
 #include "host_function.hpp"
 #include "conditional.hpp"
+#include "node_params.hpp"
 #include "owner.hpp"
 
 namespace custream {
@@ -33,8 +34,7 @@ GraphNode GraphBuilder::add_host_task(GraphDependencies after, detail::HostTask*
                              "the host node was not added; its callable is destroyed");
   }
   owner.objects.push_back(attached.object);  // reserved: no throw
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_HOST;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_HOST);
   p.host.fn = &detail::run_host_task_replayable;
   p.host.userData = raw;
   return add_node(after, p, GraphNodeKind::host, call);

@@ -15,6 +15,7 @@
 #include "launch.hpp"
 #include "library.hpp"
 #include "module.hpp"
+#include "node_params.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -59,8 +60,7 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
   if (*count > 0) {  // a driver without it: refused before the node is added
     (void)detail::entry<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::api());
   }
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_KERNEL);
   p.kernel.func = function;
   p.kernel.gridDimX = config.grid.x, p.kernel.gridDimY = config.grid.y;
   p.kernel.gridDimZ = config.grid.z;
@@ -91,17 +91,18 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
                                         const std::size_t* sizes, std::size_t count) {
   check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
   detail::BuilderOwner& owner = *owner_.get();
-  detail::check_body_context(owner, graph_, kernel.module_.context(), kCall);  // conditional.hpp
+  const CUcontext loaded_in = kernel.module_.context();
+  detail::check_body_context(owner, graph_, loaded_in, kCall);  // conditional.hpp
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
                            "the Kernel is empty (default-constructed or moved from)");
   }
   const CUcontext context = owner.context.handle();
-  if (kernel.module_.context() != context) {  // invariant B9
+  if (loaded_in != context) {  // invariant B9
     detail::refuse_builder(
         CUDA_ERROR_INVALID_CONTEXT, kCall, graph_,
         "kernel " + detail::pointer_text(kernel.function_) + ": its module was loaded in context " +
-            detail::pointer_text(kernel.module_.context()) + ", the builder's nodes run in " +
+            detail::pointer_text(loaded_in) + ", the builder's nodes run in " +
             owner.context.to_string() + ": load the module into the builder's context");
   }
   const detail::LaunchSite site{kCall, nullptr, graph_, context, owner.context.device_id()};
@@ -121,7 +122,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
     return m.owner_.get() == kernel.module_.owner_.get();
   });
   if (!known) owner.modules.reserve(owner.modules.size() + 1);
-  const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
+  const GraphNode node = add_checked_node(after, p, GraphNodeKind::kernel, kCall);
   if (!known) owner.modules.push_back(kernel.module_);  // reserved: no throw (B3)
   set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
@@ -150,7 +151,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKe
   unsigned n = 0;
   CUgraphNodeParams p = kernel_params(site, function, config, params, state.name, attributes, &n);
   owner.code.hold(kernel.library_.owner_.get());  // loaded while the graph lives (B3)
-  const GraphNode node = add_node(after, p, GraphNodeKind::kernel, kCall);
+  const GraphNode node = add_checked_node(after, p, GraphNodeKind::kernel, kCall);
   set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
 }

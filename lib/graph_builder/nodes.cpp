@@ -10,6 +10,7 @@
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
 #include "conditional.hpp"
+#include "node_params.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -19,8 +20,7 @@ using detail::DriverApi;
 
 GraphNode GraphBuilder::add_memset_node(GraphDependencies after, CUdeviceptr dst, unsigned value,
                                         unsigned element_size, std::size_t count) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_MEMSET);
   p.memset.dst = dst;
   p.memset.value = value;
   p.memset.elementSize = element_size;
@@ -37,8 +37,7 @@ GraphNode GraphBuilder::add_copy(GraphDependencies after, const CUDA_MEMCPY3D& c
        (copy.dstMemoryType == CU_MEMORYTYPE_HOST && copy.dstHost == nullptr))) {
     detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_, "the host memory is null");
   }
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_MEMCPY);
   p.memcpy.copyCtx = owner_ ? owner_.get()->context.handle() : nullptr;
   p.memcpy.copyParams = copy;
   return add_node(after, p, GraphNodeKind::memcpy, call);
@@ -86,8 +85,7 @@ GraphNode GraphBuilder::add_copy_to_host(GraphDependencies after, void* dst, CUd
 }
 
 GraphNode GraphBuilder::add_empty(GraphDependencies after) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_EMPTY);
   return add_node(after, p, GraphNodeKind::empty, "custream::GraphBuilder::add_empty");
 }
 
@@ -158,8 +156,7 @@ GraphNode GraphBuilder::add_child(GraphDependencies after, const GraphBuilder& c
                                                       owner.root(), object, 1u, 0u);
     owner.objects.push_back(object);  // reserved: no throw
   }
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_GRAPH);
   p.graph.graph = child.graph_;
   const GraphNode node = add_node(after, p, GraphNodeKind::child_graph, call);
   owner.children.push_back(child.owner_);  // reserved: no throw
@@ -172,8 +169,7 @@ GraphAllocation GraphBuilder::add_alloc(GraphDependencies after, std::size_t byt
   detail::BuilderOwner& owner = *owner_.get();
   detail::check_body_accepts(owner, graph_, GraphNodeKind::mem_alloc);  // conditional.hpp
   owner.allocated.reserve(owner.allocated.size() + 1);
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
   p.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p.alloc.poolProps.location.id = owner.context.device_id();
@@ -213,8 +209,7 @@ GraphNode GraphBuilder::add_free(GraphDependencies after, CUdeviceptr address) {
             ": an allocation is freed once");
   }
   owner.freed.reserve(owner.freed.size() + 1);
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  CUgraphNodeParams p = detail::node_params(CU_GRAPH_NODE_TYPE_MEM_FREE);
   p.free.dptr = address;
   const GraphNode node = add_node(after, p, GraphNodeKind::mem_free, call);
   owner.freed.emplace_back(address, node.handle());  // reserved
