@@ -147,7 +147,7 @@ GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodePar
   for (const GraphNode& node : after) deps[i++] = node.handle();
   owner.reserve(after.size());  // the record below cannot fail once the node is added
   // The builder's context current (invariant B10): without a current context, driver 580
-  // crashes adding a kernel node to a conditional body, whatever the node's ctx says.
+  // crashes adding a kernel node (to a root graph or a body), whatever the node's ctx says.
   const detail::MakeCurrent current(owner.context.handle());
   CUgraphNode node = nullptr;
   const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
