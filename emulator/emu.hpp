@@ -513,6 +513,21 @@ CUresult sticky_error() noexcept;
 void run_detached(std::function<void()> f);
 /// Counts a user-object destructor that ran (for emu_control.h).
 void note_destructor_run();
+/// True while this thread runs a host function or a user-object destructor for the emulator:
+/// the driver refuses CUDA calls made there (cuGraphDestroy answers CUDA_ERROR_NOT_PERMITTED,
+/// measured on an H100, driver 580), and so does the emulator's cuGraphDestroy.
+bool in_driver_callback();
+/// Marks this thread as running such a callback while it lives.
+class CallbackScope {
+ public:
+  CallbackScope() noexcept;
+  ~CallbackScope();
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  bool outer_;
+};
 bool valid(const std::unordered_set<const void*>& set, const void* p);
 /// Retains/releases user-object references (takes uo_mu).
 void user_object_add(UserObject* o, unsigned n);

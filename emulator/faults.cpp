@@ -161,6 +161,14 @@ CUresult sticky_error() noexcept { return faults().sticky_now.load(std::memory_o
 
 void note_destructor_run() { g_destructors_run.fetch_add(1); }
 
+namespace {
+thread_local bool t_in_callback = false;
+}  // namespace
+
+bool in_driver_callback() { return t_in_callback; }
+CallbackScope::CallbackScope() noexcept : outer_(t_in_callback) { t_in_callback = true; }
+CallbackScope::~CallbackScope() { t_in_callback = outer_; }
+
 void run_detached(std::function<void()> fn) {
   g_detached_running.fetch_add(1);
   std::thread([fn = std::move(fn)] {

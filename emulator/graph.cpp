@@ -27,6 +27,7 @@ CUresult graph_create(CUgraph* ph, unsigned int flags) {
 
 CUresult graph_destroy(CUgraph h) {
   EMU_ENTER("cuGraphDestroy");
+  if (in_driver_callback()) return CUDA_ERROR_NOT_PERMITTED;  // as the driver
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
   Graph* g = as_graph(h);

@@ -326,6 +326,7 @@ void run_host_work(const Work& w, CUresult status) {
   State::CallbackJob job;
   job.done = &done;
   job.fn = [&w, status] {
+    const CallbackScope in_callback;
     if (w.cb) {
       w.cb(w.cb_stream, status, w.arg);
     } else if (w.fn) {

@@ -17,7 +17,10 @@ void release_locked(std::unique_lock<std::mutex>& lk, UserObject* o, unsigned n)
   void* ptr = o->ptr;
   delete o;
   run_detached([fn, ptr] {
-    fn(ptr);
+    {
+      const CallbackScope in_callback;
+      fn(ptr);
+    }
     note_destructor_run();
   });
 }

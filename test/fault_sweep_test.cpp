@@ -84,6 +84,7 @@
 #include "custream/pinned_array.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
+#include "custream/testing.hpp"
 #include "custream/stream_scope.hpp"
 #include "driver.hpp"
 #include "graph_builder/set_condition.hpp"
@@ -131,7 +132,16 @@ struct EmuControls {
   /// Waits, faults still armed, until streams, host functions and user-object destructors are
   /// done: what an operation set off (a payload released after its last launch, on the
   /// emulator's threads) is counted with it. False on a 10 s timeout.
-  bool settle() const { return wait_idle(10000) == 1 && wait_destructors(10000) == 1; }
+  // The emulator's threads, then custream's releasing thread (what user-object destructors and
+  // host functions handed over), then the emulator's again: a release may destroy more.
+  bool settle() const {
+    bool ok = true;
+    for (int round = 0; round < 2; ++round) {
+      ok = wait_idle(10000) == 1 && wait_destructors(10000) == 1 &&
+           custream::testing::wait_for_releases(std::chrono::seconds(10)) && ok;
+    }
+    return ok;
+  }
 };
 
 // ---------------------------------------------------------------------------------------

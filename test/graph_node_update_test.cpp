@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "custream/device_buffer.hpp"
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
+#include "custream/release_error_handler.hpp"
 #include "custream/graph_builder.hpp"
 #include "custream/host_function.hpp"
 #include "custream/kernel.hpp"
@@ -133,9 +135,37 @@ struct Settled {
     if (!custream_test::emulated()) return;
     auto idle = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_idle");
     auto destructors = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_destructors");
-    if (idle != nullptr) idle(10000);
-    if (destructors != nullptr) destructors(10000);
+    for (int round = 0; round < 2; ++round) {  // a release may destroy more
+      if (idle != nullptr) idle(10000);
+      if (destructors != nullptr) destructors(10000);
+      custream::testing::wait_for_releases(std::chrono::seconds(10));
+    }
   }
+};
+
+// Counts the release errors reported while it lives, and checks there were none: a retired
+// payload whose release calls the driver must not be released on the driver's callback thread,
+// where the driver refuses the call (cuGraphDestroy: CUDA_ERROR_NOT_PERMITTED) and the object
+// leaks.
+class ReleaseErrors {
+ public:
+  ReleaseErrors()
+      : previous_(custream::set_release_error_handler([this](const custream::ReleaseError& e) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          seen_.push_back(e.message());
+        })) {}
+  ~ReleaseErrors() {
+    custream::set_release_error_handler(std::move(previous_));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& m : seen_) FAIL_CHECK("release error: " << m);
+  }
+  ReleaseErrors(const ReleaseErrors&) = delete;
+  ReleaseErrors& operator=(const ReleaseErrors&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> seen_;
+  custream::ReleaseErrorHandler previous_;
 };
 
 std::vector<std::uint32_t> words(const Stream& s, const DeviceBuffer& b) {
@@ -535,6 +565,7 @@ TEST_CASE("refused per-node updates name the node and the rule and change nothin
 TEST_CASE("set_child: later launches run the new child, whose payloads the Graph holds",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
+  const ReleaseErrors errors;  // checked after everything below is released
   const Settled settled;
   Stream s(custream::StreamFlags::non_blocking);
   auto first = std::make_shared<Probe>(), second = std::make_shared<Probe>();

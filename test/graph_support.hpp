@@ -12,6 +12,7 @@
 #include "custream/detail/driver.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/stream.hpp"
+#include "custream/testing.hpp"
 #include "test_support.hpp"
 
 namespace custream_test {
@@ -77,10 +78,20 @@ inline void emu_reset() {
 }
 
 /// Waits until the emulator's streams and callback thread are idle.
+/// Waits until the emulator is idle, its user-object destructors have returned, and custream's
+/// releasing thread has released what they handed over (then the emulator again: a release may
+/// destroy more).
 inline bool emu_wait_idle() {
-  auto fn = emu_symbol<int (*)(int)>("custream_emu_wait_idle");
-  REQUIRE(fn != nullptr);
-  return fn(10000) == 1;
+  auto idle = emu_symbol<int (*)(int)>("custream_emu_wait_idle");
+  auto destructors = emu_symbol<int (*)(int)>("custream_emu_wait_destructors");
+  REQUIRE(idle != nullptr);
+  REQUIRE(destructors != nullptr);
+  bool ok = true;
+  for (int round = 0; round < 2; ++round) {
+    ok = idle(10000) == 1 && destructors(10000) == 1 &&
+         custream::testing::wait_for_releases(std::chrono::seconds(10)) && ok;
+  }
+  return ok && idle(10000) == 1;
 }
 
 /// Ends a fault-injection test: clears pending faults, waits until the emulator is idle and

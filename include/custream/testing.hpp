@@ -10,12 +10,19 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstddef>
 
 #include "custream/completions.hpp"
 #include "custream/detail/driver.hpp"
 #include "custream/detail/host_task.hpp"
 #include "custream/driver.hpp"
+
+namespace custream::detail {
+/// Waits until custream's releasing thread has run every release handed to it before the call
+/// (lib/support/releaser.hpp); false when `timeout` passed first. Never throws.
+bool wait_released(std::chrono::milliseconds timeout) noexcept;
+}  // namespace custream::detail
 
 /// Benchmark and test hooks: the raw driver custream calls, the host-task pool's state, and a
 /// Completions' wake-up counts.
@@ -74,6 +81,14 @@ inline CompletionWakes completion_wakes(const Completions& completions) noexcept
 /// thread delivery). Never throws.
 inline std::thread::id completion_thread(const Completions& completions) noexcept {
   return detail::completion_thread(completions);
+}
+
+/// Waits until custream has released what driver callbacks handed over to its releasing thread
+/// (retired per-node update payloads and the keepers of executables, released there because the
+/// driver refuses CUDA calls inside its callbacks). True when everything handed over before the
+/// call is released, false when `timeout` passed first. Never throws.
+inline bool wait_for_releases(std::chrono::milliseconds timeout) noexcept {
+  return detail::wait_released(timeout);
 }
 
 }  // namespace custream::testing

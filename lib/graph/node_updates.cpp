@@ -21,6 +21,7 @@
 #include "graph_builder/owner.hpp"
 #include "host_function.hpp"
 #include "launch.hpp"
+#include "support/releaser.hpp"
 
 namespace custream {
 namespace detail {
@@ -29,11 +30,18 @@ namespace {
 // --- The keeper (U2) and the release after a launch (U3) ---
 
 // The keeper's destructor: the executable let go of it and its launches are done. Frees what
-// per-node updates gave and replaced; never calls the driver.
-void CUDA_CB free_kept(void* p) { delete static_cast<Kept*>(p); }
+// per-node updates gave and replaced. It and free_retired run on the driver's callback thread,
+// where the driver refuses CUDA calls, and what they free may make some (a retired child
+// builder's graph, its modules and events): the releasing thread frees it (U8,
+// support/releaser.hpp).
+void CUDA_CB free_kept(void* p) {
+  release_later([p] { delete static_cast<Kept*>(p); });
+}
 
-// A batch of retired payloads, freed by a host function after the launch it follows.
-void CUDA_CB free_retired(void* p) { delete static_cast<std::vector<PayloadPtr>*>(p); }
+// A batch of retired payloads, freed after the launch it follows (by the host function).
+void CUDA_CB free_retired(void* p) {
+  release_later([p] { delete static_cast<std::vector<PayloadPtr>*>(p); });
+}
 
 }  // namespace
 
