@@ -136,7 +136,7 @@ struct EmuControls {
   // host functions handed over), then the emulator's again: a release may destroy more.
   bool settle() const {
     bool ok = true;
-    for (int round = 0; round < 2; ++round) {
+    for (int round = 0; round < 4; ++round) {  // releases can chain
       ok = wait_idle(10000) == 1 && wait_destructors(10000) == 1 &&
            custream::testing::wait_for_releases(std::chrono::seconds(10)) && ok;
     }

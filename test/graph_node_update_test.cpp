@@ -135,7 +135,7 @@ struct Settled {
     if (!custream_test::emulated()) return;
     auto idle = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_idle");
     auto destructors = custream_test::emu_symbol<int (*)(int)>("custream_emu_wait_destructors");
-    for (int round = 0; round < 2; ++round) {  // a release may destroy more
+    for (int round = 0; round < 4; ++round) {  // a release may destroy more
       if (idle != nullptr) idle(10000);
       if (destructors != nullptr) destructors(10000);
       custream::testing::wait_for_releases(std::chrono::seconds(10));

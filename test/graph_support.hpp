@@ -79,15 +79,15 @@ inline void emu_reset() {
 
 /// Waits until the emulator's streams and callback thread are idle.
 /// Waits until the emulator is idle, its user-object destructors have returned, and custream's
-/// releasing thread has released what they handed over (then the emulator again: a release may
-/// destroy more).
+/// releasing thread has released what they handed over, four times over: a release may destroy
+/// more.
 inline bool emu_wait_idle() {
   auto idle = emu_symbol<int (*)(int)>("custream_emu_wait_idle");
   auto destructors = emu_symbol<int (*)(int)>("custream_emu_wait_destructors");
   REQUIRE(idle != nullptr);
   REQUIRE(destructors != nullptr);
   bool ok = true;
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 4; ++round) {  // releases can chain (a keeper's, then a child's)
     ok = idle(10000) == 1 && destructors(10000) == 1 &&
          custream::testing::wait_for_releases(std::chrono::seconds(10)) && ok;
   }

@@ -364,7 +364,10 @@ TEST_CASE("graphs hold the modules they may launch: captured, raw handles, forei
     s.memset32(data.get(), 7, 1);
     unrelated = s.end_capture();
     s.synchronize();
-    if (custream_test::emulated()) with_module = custream_test::emu_live_objects();
+    if (custream_test::emulated()) {
+      CHECK(custream_test::emu_wait_idle());  // nothing an earlier case left is still going
+      with_module = custream_test::emu_live_objects();
+    }
   }
   if (custream_test::emulated()) CHECK(custream_test::emu_live_objects() == with_module - 1);
   unrelated.launch(s);

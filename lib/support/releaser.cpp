@@ -38,7 +38,10 @@ std::mutex& releaser_mutex() { return releaser().mutex; }
 // runs) the parent's queue.
 void forget_in_child() noexcept {
   Releaser& r = releaser();
-  ::new (&r.queue) std::vector<std::function<void()>>();  // the parent's, leaked
+  // The parent's queue and condition variables (its thread may have waited on them), leaked.
+  ::new (&r.queue) std::vector<std::function<void()>>();
+  ::new (&r.work) std::condition_variable();
+  ::new (&r.done) std::condition_variable();
   r.started = false;
   r.released = r.queued;
 }
