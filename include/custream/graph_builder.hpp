@@ -210,9 +210,10 @@ class GraphBuilder {
   /// graph or a conditional node counts as one) (cuGraphGetNodes).
   /// @throws Error for an empty builder; Error on a driver failure.
   std::size_t node_count() const;
-  /// The graph in Graphviz DOT (cuGraphDebugDotPrint, driver >= 11.3), each node custream
-  /// added labelled with its kind ("custream: kernel", …) in a `comment` attribute; `verbose`
-  /// adds every node's parameters.
+  /// The graph in Graphviz DOT (cuGraphDebugDotPrint, driver >= 11.3), followed by a
+  /// `// custream: graph G node I <handle> <kind>` comment line for every node of the root
+  /// graph and of each conditional body (kinds as to_string(GraphNodeKind) writes them, in the
+  /// driver's order); `verbose` adds every node's parameters.
   /// @throws Error for an empty builder; Error on a driver or file failure.
   std::string dot(bool verbose = false) const;
   /// False for no graph.
@@ -232,8 +233,8 @@ class GraphBuilder {
   GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
                      const char* call);
   /// add_node() for dependencies check_add() has accepted (the kernel paths check them first).
-  GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
-                             GraphNodeKind kind, const char* call);
+  GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
+                             const char* call);
   GraphNode add_kernel_node(GraphDependencies after, const Kernel& kernel,
                             const LaunchConfig& config, void** params, const std::size_t* sizes,
                             std::size_t count);

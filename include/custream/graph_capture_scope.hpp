@@ -88,7 +88,6 @@ class GraphCaptureScope {
   bool active_ = false;
   unsigned long long id_ = 0;
   std::uint64_t epoch_ = 0;          // the capture epoch it began at (libraries.md, invariant 5)
-  std::vector<CUgraphNode> before_;  // the graph's nodes before the capture (sorted)
 };
 
 }  // namespace custream

@@ -1,16 +1,18 @@
 // custream::GraphBuilder: making the graph, the checks every add_… makes before the driver is
 // called, the one driver call that adds a node, and instantiation. Contract: include/custream/
 // graph_builder.hpp; design: docs/design/graphs.md, "Builders" (invariants B1, B5, B7).
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "error.hpp"
 #include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/device.hpp"
 #include "custream/error.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
+#include "error.hpp"
+#include "graph/nodes.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -54,14 +56,16 @@ std::string node_text(const GraphNode& node) {
 }
 
 void refuse_builder(CUresult result, const char* call, CUgraph graph, const std::string& why) {
-  detail::throw_error(result, call, graph != nullptr ? "graph " + pointer_text(graph) : std::string(),
-              why + " (custream refused it without calling the driver; the builder is unchanged)");
+  detail::throw_error(
+      result, call, graph != nullptr ? "graph " + pointer_text(graph) : std::string(),
+      why + " (custream refused it without calling the driver; the builder is unchanged)");
 }
 
 void refuse_empty_builder(const char* call) {
-  detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "empty custream::GraphBuilder",
-              "the builder holds no graph (default-constructed or moved from); custream refused "
-              "it without calling the driver");
+  detail::throw_error(
+      CUDA_ERROR_INVALID_VALUE, call, "empty custream::GraphBuilder",
+      "the builder holds no graph (default-constructed or moved from); custream refused "
+      "it without calling the driver");
 }
 
 }  // namespace detail
@@ -117,6 +121,14 @@ namespace {
   detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph, why);
 }
 
+// Whether a node of `kind` is added without making the builder's context current (B10): the
+// kinds driver 580 adds to a root graph with no context current, or another one, since their
+// parameters name the context.
+bool adds_without_current(GraphNodeKind kind, bool root) noexcept {
+  return root && (kind == GraphNodeKind::memset || kind == GraphNodeKind::memcpy ||
+                  kind == GraphNodeKind::empty);
+}
+
 }  // namespace
 
 void GraphBuilder::check_add(GraphDependencies after, const char* call) const {
@@ -134,7 +146,6 @@ GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& par
 
 GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
                                          GraphNodeKind kind, const char* call) {
-  detail::BuilderOwner& owner = *owner_.get();
   // The driver takes an array of CUgraphNode: on the stack for up to 8 dependencies.
   CUgraphNode small[8];
   std::vector<CUgraphNode> large;
@@ -145,10 +156,13 @@ GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodePar
   }
   std::size_t i = 0;
   for (const GraphNode& node : after) deps[i++] = node.handle();
-  owner.reserve(after.size());  // the record below cannot fail once the node is added
   // The builder's context current (invariant B10): without a current context, driver 580
   // crashes adding a kernel node (to a root graph or a body), whatever the node's ctx says.
-  const detail::MakeCurrent current(owner.context.handle());
+  // Memset, memcpy and empty nodes of the root graph, whose parameters name their context,
+  // are added as they are (measured: test/conformance/no_current_context.cpp).
+  const detail::BuilderOwner& owner = *owner_.get();
+  std::optional<detail::MakeCurrent> current;
+  if (!adds_without_current(kind, graph_ == owner.root())) current.emplace(owner.context.handle());
   CUgraphNode node = nullptr;
   const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
       &node, static_cast<CUgraph>(graph_), after.empty() ? nullptr : deps,
@@ -158,7 +172,6 @@ GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodePar
         r, detail::graph_subject(graph_),
         std::string("a ") + to_string(kind) + " node (" + call + "); the builder is unchanged");
   }
-  owner.record(node, graph_, kind, deps, after.size());
   return GraphNode(node, graph_, kind);
 }
 
@@ -187,16 +200,14 @@ std::size_t GraphBuilder::node_count() const {
 std::string GraphBuilder::dot(bool verbose) const {
   if (graph_ == nullptr) detail::refuse_empty_builder("custream::GraphBuilder::dot");
   std::string text = detail::graph_dot(graph_, verbose, "custream::GraphBuilder::dot");
-  // custream's nodes, in the order they were added to each graph (invariant B7).
+  // Every node of each graph (root, then bodies) with its kind, in the driver's order (B7).
   std::string legend;
-  const detail::BuilderOwner& owner = *owner_.get();
-  for (CUgraph g : owner.graphs) {
+  for (CUgraph g : owner_.get()->graphs) {
     std::size_t index = 0;
-    for (const auto& r : owner.nodes) {
-      if (r.graph != g) continue;
+    for (CUgraphNode n : detail::graph_nodes(g)) {
       legend += "\t// custream: graph " + detail::pointer_text(g) + " node " +
-                std::to_string(index++) + " " + detail::pointer_text(r.node) + " " +
-                to_string(r.kind) + "\n";
+                std::to_string(index++) + " " + detail::pointer_text(n) + " " +
+                to_string(detail::node_kind(detail::node_type(g, n))) + "\n";
     }
   }
   const std::size_t close = text.rfind('}');

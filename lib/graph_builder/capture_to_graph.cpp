@@ -8,7 +8,6 @@
 // the end), and libraries and modules launched during the capture are held by the builder. The
 // graph is the builder's: ending never destroys it. A host function enqueued while capturing into a
 // body is refused by host_function.cpp through conditional.cpp's check_capture_accepts_host.
-#include <algorithm>
 #include <mutex>
 #include <optional>
 
@@ -34,33 +33,6 @@ constexpr const char* kScope = "custream::GraphCaptureScope";
 constexpr const char* kGetCaptureInfo = detail::EntryInfo<&DriverApi::cuStreamGetCaptureInfo>::name;
 constexpr const char* kEndCapture = detail::EntryInfo<&DriverApi::cuStreamEndCapture>::name;
 
-GraphNodeKind kind_of(CUgraphNodeType type) noexcept {
-  switch (type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL:
-      return GraphNodeKind::kernel;
-    case CU_GRAPH_NODE_TYPE_MEMCPY:
-      return GraphNodeKind::memcpy;
-    case CU_GRAPH_NODE_TYPE_MEMSET:
-      return GraphNodeKind::memset;
-    case CU_GRAPH_NODE_TYPE_HOST:
-      return GraphNodeKind::host;
-    case CU_GRAPH_NODE_TYPE_GRAPH:
-      return GraphNodeKind::child_graph;
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      return GraphNodeKind::event_wait;
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      return GraphNodeKind::event_record;
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
-      return GraphNodeKind::mem_alloc;
-    case CU_GRAPH_NODE_TYPE_MEM_FREE:
-      return GraphNodeKind::mem_free;
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
-      return GraphNodeKind::conditional;
-    default:
-      return GraphNodeKind::empty;
-  }
-}
-
 struct Sink {
   CUgraphNode node;
   GraphNodeKind kind;
@@ -80,37 +52,9 @@ std::vector<Sink> capture_sinks(StreamRef s, CUgraph graph) {
   if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return sinks;  // the end says why
   sinks.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    CUgraphNodeType type{};
-    detail::call<&DriverApi::cuGraphNodeGetType>(detail::graph_subject(graph), deps[i], &type);
-    sinks.push_back({deps[i], kind_of(type)});
+    sinks.push_back({deps[i], detail::node_kind(detail::node_type(graph, deps[i]))});
   }
   return sinks;
-}
-
-// The nodes of `graph`, sorted (for binary_search). @throws Error.
-std::vector<CUgraphNode> sorted_nodes(CUgraph graph) {
-  std::vector<CUgraphNode> nodes = detail::graph_nodes(graph);  // graph/nodes.hpp
-  std::sort(nodes.begin(), nodes.end());
-  return nodes;
-}
-
-// Records in `owner` the nodes the capture appended to `graph` (those not in `before`), with
-// their kinds and edges, as the builder's add_… records its own (owner.hpp). @throws Error.
-void record_captured(detail::BuilderOwner& owner, CUgraph graph,
-                     const std::vector<CUgraphNode>& before) {
-  for (CUgraphNode node : detail::graph_nodes(graph)) {
-    if (std::binary_search(before.begin(), before.end(), node)) continue;
-    CUgraphNodeType type{};
-    detail::call<&DriverApi::cuGraphNodeGetType>(detail::graph_subject(graph), node, &type);
-    std::size_t count = 0;
-    detail::call<&DriverApi::cuGraphNodeGetDependencies>(
-        detail::graph_subject(graph), node, static_cast<CUgraphNode*>(nullptr), &count);
-    std::vector<CUgraphNode> deps(count);
-    detail::call<&DriverApi::cuGraphNodeGetDependencies>(detail::graph_subject(graph), node,
-                                                         deps.data(), &count);
-    owner.reserve(count);
-    owner.record(node, graph, kind_of(type), deps.data(), count);
-  }
 }
 
 // Ends the capture of `s` (its graph is the builder's: never destroyed). Returns the result.
@@ -164,7 +108,6 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
     }
     deps.push_back(node.handle());
   }
-  before_ = sorted_nodes(graph);
   std::optional<ContextScope> scope;
   CUresult r = CUDA_SUCCESS;
   {
@@ -193,8 +136,7 @@ void GraphCaptureScope::begin(GraphDependencies after, CaptureMode mode) {
 void GraphCaptureScope::settle() {
   range_.end();                                                             // the capture has ended
   if (!into_.is_body()) detail::own_run_once_nodes(into_.handle(), false);  // host_functions 9
-  into_.owner_.get()->code.hold_since(epoch_);                    // libraries.md 5, modules.md 7
-  record_captured(*into_.owner_.get(), into_.handle(), before_);  // dot(), cycle check
+  into_.owner_.get()->code.hold_since(epoch_);  // libraries.md 5, modules.md 7
 }
 
 void GraphCaptureScope::settle_quietly() noexcept {

@@ -1,15 +1,18 @@
 // GraphBuilder's nodes without payloads of their own: memset, memcpy, empty, event record and
 // wait, child graphs, graph memory, and explicit edges. Contract: include/custream/
 // graph_builder.hpp; design: docs/design/graphs.md, "Builders" (invariants B3, B4, B6, B8).
+#include "graph/nodes.hpp"
+
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
+#include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/event.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
-#include "conditional.hpp"
 #include "node_params.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
@@ -217,20 +220,17 @@ GraphNode GraphBuilder::add_free(GraphDependencies after, CUdeviceptr address) {
 }
 
 namespace {
-// Whether `target` is reachable from `start` along `edges` (depth first; cold path).
-bool reaches(const std::vector<std::pair<CUgraphNode, CUgraphNode>>& edges, CUgraphNode start,
-             CUgraphNode target) {
-  std::vector<CUgraphNode> stack{start};
-  std::vector<CUgraphNode> seen;
+// Whether `node` of `graph` already runs after `ancestor`: a walk up the driver's dependencies
+// (depth first; cold path). @throws Error naming the graph.
+bool runs_after(CUgraph graph, CUgraphNode node, CUgraphNode ancestor) {
+  std::vector<CUgraphNode> stack{node};
+  std::unordered_set<CUgraphNode> seen;
   while (!stack.empty()) {
     const CUgraphNode n = stack.back();
     stack.pop_back();
-    if (n == target) return true;
-    if (std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
-    seen.push_back(n);
-    for (const auto& [from, to] : edges) {
-      if (from == n) stack.push_back(to);
-    }
+    if (n == ancestor) return true;
+    if (!seen.insert(n).second) continue;
+    for (CUgraphNode d : detail::node_dependencies(graph, n)) stack.push_back(d);
   }
   return false;
 }
@@ -239,16 +239,14 @@ bool reaches(const std::vector<std::pair<CUgraphNode, CUgraphNode>>& edges, CUgr
 void GraphBuilder::add_dependency(GraphNode from, GraphNode to) {
   static constexpr const char* call = "custream::GraphBuilder::add_dependency";
   check_add({from, to}, call);
-  detail::BuilderOwner& owner = *owner_.get();
   const std::string edge =
       "an edge from " + detail::node_text(from) + " to " + detail::node_text(to);
-  if (from == to || reaches(owner.edges, to.handle(), from.handle())) {
+  if (from == to || runs_after(graph_, from.handle(), to.handle())) {
     detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_,
                            edge + " would close a cycle (" + detail::node_text(from) +
                                " already runs after " + detail::node_text(to) +
                                "): a graph has no cycles");
   }
-  owner.reserve(1);
   const CUgraphNode f = from.handle();
   const CUgraphNode t = to.handle();
   if (CUresult r = detail::try_call<&DriverApi::cuGraphAddDependencies>(
@@ -257,7 +255,6 @@ void GraphBuilder::add_dependency(GraphNode from, GraphNode to) {
     detail::fail<&DriverApi::cuGraphAddDependencies>(r, detail::graph_subject(graph_),
                                                      edge + "; the builder is unchanged");
   }
-  owner.edges.emplace_back(f, t);
 }
 
 }  // namespace custream

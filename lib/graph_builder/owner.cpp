@@ -28,26 +28,6 @@ void BuilderOwner::add_body(CUgraph body) {
   if (!owns(body)) graphs.push_back(body);
 }
 
-const BuilderOwner::NodeRecord* BuilderOwner::find(CUgraphNode node) const noexcept {
-  for (const NodeRecord& r : nodes) {
-    if (r.node == node) return &r;
-  }
-  return nullptr;
-}
-
-namespace {
-// Room for `more` elements, doubling (never an allocation per element).
-template <typename T>
-void grow_for(std::vector<T>& v, std::size_t more) {
-  if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.capacity() + 16));
-}
-}  // namespace
-
-void BuilderOwner::grow(std::size_t count) {
-  grow_for(nodes, 1);
-  grow_for(edges, count);
-}
-
 bool BuilderOwner::holds(const BuilderOwner* other) const noexcept {
   if (other == this) return true;
   for (const Shared<BuilderOwner>& child : children) {

@@ -7,7 +7,8 @@
 // an executable instantiated from it keeps them past every reference here (B2). The libraries
 // of library-kernel nodes, the events of event nodes, the modules of kernel nodes and child
 // builders' owners are held here (B3, B4). graphs[0] is the root; bodies are added by
-// add_body (h-conditional). Nothing here is guarded: one thread at a time adds to a builder.
+// add_body (h-conditional). Nodes and edges are the driver's alone: nothing here records them
+// (B7, B8). Nothing here is guarded: one thread at a time adds to a builder.
 #pragma once
 
 #include <cuda.h>
@@ -57,37 +58,8 @@ struct BuilderOwner : Counted {
   /// free, each with its node (invariant B6).
   std::vector<std::pair<CUdeviceptr, CUgraphNode>> allocated;
   std::vector<std::pair<CUdeviceptr, CUgraphNode>> freed;
-  /// Every edge added through the builder (dependencies and add_dependency), for the cycle
-  /// check of add_dependency.
-  std::vector<std::pair<CUgraphNode, CUgraphNode>> edges;
-  /// Each node custream added, with its kind (appended; searched on cold paths only).
-  struct NodeRecord {
-    CUgraphNode node;
-    CUgraph graph;
-    GraphNodeKind kind;
-  };
-  std::vector<NodeRecord> nodes;
-  /// The record of `node`, or null when custream did not add it to one of these graphs.
-  const NodeRecord* find(CUgraphNode node) const noexcept;
-  /// Records `node` of `graph` (of these graphs) and its edges from `after` (`count` nodes):
-  /// what add_… does after the driver added it, and what a capture into the builder
-  /// (GraphCaptureScope) does for the nodes it appended. Never throws: room was reserved by
-  /// reserve(`count`) before the driver call.
-  void record(CUgraphNode node, CUgraph graph, GraphNodeKind kind, const CUgraphNode* after,
-              std::size_t count) noexcept {
-    nodes.push_back({node, graph, kind});
-    for (std::size_t i = 0; i < count; ++i) edges.emplace_back(after[i], node);
-  }
-  /// Makes room for one more node with `count` edges (geometric growth: no allocation per
-  /// node; inline when there is room). @throws std::bad_alloc.
-  void reserve(std::size_t count) {
-    if (nodes.size() == nodes.capacity() || edges.capacity() - edges.size() < count) grow(count);
-  }
   /// Whether this owner holds `other`, or a child of it does (so `other` cannot also hold it).
   bool holds(const BuilderOwner* other) const noexcept;
-
- private:
-  void grow(std::size_t count);  // reserve() when a vector is full
 };
 
 /// The graph in Graphviz DOT (cuGraphDebugDotPrint through a temporary file), `who` naming the
