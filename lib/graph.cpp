@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -218,6 +219,51 @@ inline void update_exec(CUgraph graph, CUgraphExec exec, CUgraph newer) {
   detail::set_update_source(o, source, std::move(spare));
 }
 
+// What a whole-graph update replaced of the code a Graph holds, retired as a payload (U9).
+struct RetiredCode final : detail::Payload {
+  detail::GraphCode code;
+};
+
+// The payload that will hold `o`'s code once an update replaces it, with room for it in the
+// retire list (called before the update, when the new code differs). @throws std::bad_alloc
+// (nothing changed).
+std::unique_ptr<RetiredCode> prepare_code_swap(detail::GraphOwner& o) {
+  auto retired = std::make_unique<RetiredCode>();
+  o.updates.retired_code.reserve(o.updates.retired_code.size() + 1);
+  return retired;
+}
+
+// After a successful update: `o` holds `next` (moved out), and what it held is retired, released
+// after the next launch finishes or with `o` (U9). Never throws (room made by prepare).
+void swap_code(detail::GraphOwner& o, detail::GraphCode& next,
+               std::unique_ptr<RetiredCode> retired) noexcept {
+  o.code.swap(next);                                     // `next` now holds the replaced code
+  retired->code.swap(next);                              // and the payload holds it
+  o.updates.retired_code.push_back(std::move(retired));  // reserved: no throw
+  o.updates.retire_pending.store(true, std::memory_order_relaxed);
+}
+
+// update() from a Graph `n` whose code differs from this one's, or made by a builder: the
+// executable runs `n`'s code from now on, so `o` holds exactly that, and retires what it held
+// (U9; a builder source as U7).
+[[gnu::cold, gnu::noinline]] void update_with_code(detail::GraphOwner& o,
+                                                   const detail::GraphOwner& n, CUgraph newer) {
+  detail::GraphCode next;
+  std::unique_ptr<RetiredCode> retired;
+  if (!o.code.same_as(n.code)) {
+    next.hold(n.code);
+    retired = prepare_code_swap(o);
+  }
+  if (n.builder) {
+    update_from_builder(o, n.builder, newer);
+  } else if (o.updates.active) {
+    update_exec_with_nodes(o, newer);
+  } else {
+    update_exec(o.graph, o.exec, newer);
+  }
+  if (retired) swap_code(o, next, std::move(retired));
+}
+
 }  // namespace
 
 Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef stream,
@@ -236,7 +282,7 @@ Graph Graph::make(CUgraph graph, bool owned, InstantiateFlags flags, StreamRef s
   g.owner_.get()->owned = owned;
   g.graph_ = graph;
   g.flags_ = flags;
-  detail::own_run_once_nodes(graph, owned);  // before anything can run it (invariant 6)
+  detail::own_run_once_nodes(graph, owned);     // before anything can run it (invariant 6)
   g.owner_.get()->code.hold_since(code_since);  // libraries.md 5, modules.md 7
 
   CUcontext context = stream.context();  // invariant 3
@@ -360,10 +406,9 @@ void Graph::update(const Graph& newer) {
   if (exec_ == nullptr || newer.graph_ == nullptr)
     refuse_empty(detail::EntryInfo<&DriverApi::cuGraphExecUpdate>::name);
   detail::GraphOwner& o = *owner_.get();
-  if (newer.owner_) {
+  if (newer.owner_) {  // other code (invariant 5, U9) or a builder's graph (U7): cold
     const detail::GraphOwner& n = *newer.owner_.get();
-    o.code.hold(n.code);                                                    // invariant 5, inline
-    if (n.builder) return update_from_builder(o, n.builder, newer.graph_);  // U7, cold
+    if (n.builder || !o.code.same_as(n.code)) return update_with_code(o, n, newer.graph_);
   }
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
@@ -376,10 +421,18 @@ void Graph::update_from_capture(StreamRef stream) {
     CUgraph graph;
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
   } captured{ended.graph};
-  detail::own_run_once_nodes(captured.graph, true);           // invariant 6
-  owner_.get()->code.hold_since(ended.code_since);            // libraries.md 5, modules.md 7
-  if (owner_.get()->updates.active) return update_exec_with_nodes(*owner_.get(), captured.graph);
-  update_exec(graph_, exec_, captured.graph);
+  detail::own_run_once_nodes(captured.graph, true);  // invariant 6
+  detail::GraphOwner& o = *owner_.get();
+  detail::GraphCode next;  // what the captured graph may launch (libraries.md 5, modules.md 7)
+  next.hold_since(ended.code_since);
+  std::unique_ptr<RetiredCode> retired;
+  if (!o.code.same_as(next)) retired = prepare_code_swap(o);
+  if (o.updates.active) {
+    update_exec_with_nodes(o, captured.graph);
+  } else {
+    update_exec(graph_, exec_, captured.graph);
+  }
+  if (retired) swap_code(o, next, std::move(retired));  // U9
 }
 
 std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {

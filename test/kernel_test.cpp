@@ -5,10 +5,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -158,8 +160,8 @@ TEST_CASE("module kernels: shared memory over 32 bits and unreadable files are r
                                 CUDA_ERROR_INVALID_VALUE, text);
   }
   for (const char* text : {"custream::Module::from_file", "/tmp", "Is a directory"}) {
-    custream_test::expect_error([] { (void)Module::from_file("/tmp"); },
-                                CUDA_ERROR_FILE_NOT_FOUND, text);
+    custream_test::expect_error([] { (void)Module::from_file("/tmp"); }, CUDA_ERROR_FILE_NOT_FOUND,
+                                text);
   }
   custream_test::expect_error([] { (void)Module::from_file("/no/such/module.ptx"); },
                               CUDA_ERROR_FILE_NOT_FOUND, "No such file or directory");
@@ -185,9 +187,9 @@ TEST_CASE("module kernels: typed launches with the wrong arguments are refused, 
     custream_test::expect_error([&] { add_one.launch(s, {1}, {1}, 0, data.get()); },
                                 CUDA_ERROR_INVALID_VALUE, text);
   }
-  custream_test::expect_error(
-      [&] { add_one.launch(s, {1}, {1}, 0, data.get(), std::size_t{1}); },
-      CUDA_ERROR_INVALID_VALUE, "argument 1 has 8 bytes, parameter 1 takes 4");
+  custream_test::expect_error([&] { add_one.launch(s, {1}, {1}, 0, data.get(), std::size_t{1}); },
+                              CUDA_ERROR_INVALID_VALUE,
+                              "argument 1 has 8 bytes, parameter 1 takes 4");
   custream_test::expect_error(
       [&] { add_one.launch(s, custream::LaunchConfig({1}, {1}), data.get(), 1u, 2u); },
       CUDA_ERROR_INVALID_VALUE, "the launch gave 3 argument(s)");
@@ -372,6 +374,87 @@ TEST_CASE("graphs hold the modules they may launch: captured, raw handles, forei
   if (custream_test::emulated()) CHECK(custream_test::emu_live_objects() == with_module - 1);
   unrelated.launch(s);
   CHECK(read(s, data)[0] == 7);
+}
+
+// A per-step loop that loads new code each step (a JIT specializing a kernel) and updates one
+// Graph to it: the Graph holds the code its executable now runs, not every module it ever ran,
+// and a replaced module stays loaded until the launches enqueued before the update are done.
+TEST_CASE("updates release the modules a graph no longer launches, after its earlier launches",
+          "[kernel][graph][update][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  const bool emulated = custream_test::emulated();
+  if (emulated) {
+    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+        "custream_emu_register_kernel");
+    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+  }
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::DeviceBuffer data(sizeof(int));
+  s.memset32(data.get(), 0, 1);
+  // Captures add_one of a newly loaded module and calls `end` to end the capture; every handle
+  // of the module is dropped on return.
+  const auto with_fresh_module = [&](const std::function<void()>& end) {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    s.begin_capture();
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    end();
+  };
+  Graph g;
+  with_fresh_module([&] { g = s.end_capture(); });
+  g.launch(s);
+  s.synchronize();
+  long start = 0;  // g, its graph, executable and one module
+  if (emulated) {
+    CHECK(custream_test::emu_wait_idle());
+    start = custream_test::emu_live_objects();
+  }
+  constexpr int kSteps = 6;
+  for (int i = 0; i < kSteps; ++i) {
+    with_fresh_module([&] {
+      if (i % 2 == 0) {
+        g.update(s.end_capture());  // the newer Graph and its references go at once
+      } else {
+        g.update_from_capture(s);
+      }
+    });
+    g.launch(s);  // the replaced module is released after this launch
+  }
+  s.synchronize();
+  CHECK(read(s, data)[0] == kSteps + 1);
+  if (emulated) {
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() == start);  // one module, not kSteps + 1
+  }
+
+  // Never earlier: with the stream parked behind a host function, a launch of the old module,
+  // an update to a new one and a launch of that are enqueued; the old module is released only
+  // once the gate opens and both launches have run.
+  std::atomic<bool> open{false};
+  struct Gate {  // opened on every way out, before `open` goes
+    std::atomic<bool>& open;
+    const Stream& s;
+    ~Gate() {
+      open = true;
+      s.synchronize();
+    }
+  } gate{open, s};
+  s.launch_host_func([&open] {
+    while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  g.launch(s);
+  with_fresh_module([&] { g.update_from_capture(s); });  // the capture does not wait
+  g.launch(s);
+  if (emulated) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(custream_test::emu_live_objects() == start + 1);  // the old module still loaded
+  }
+  open = true;
+  s.synchronize();
+  CHECK(read(s, data)[0] == kSteps + 3);
+  if (emulated) {
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() == start);
+  }
 }
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight",

@@ -2,8 +2,6 @@
 /// custream::Graph: a CUDA graph and its executable, as a value handle.
 #pragma once
 
-#include "custream/detail/cuda.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "custream/context.hpp"
+#include "custream/detail/cuda.hpp"
 #include "custream/detail/host_task.hpp"
 #include "custream/detail/shared.hpp"
 #include "custream/graph_node.hpp"
@@ -116,9 +115,12 @@ class Graph {
   /// Graph holds that builder (its modules, events, child graphs, graph memory), since the
   /// executable now runs them; the builder of an earlier such update is released once the
   /// launches enqueued before this one have finished (a captured or adopted Graph gets the
-  /// keeper that takes care of it with its first such update). Not thread-safe for one Graph:
-  /// serialize update(), launch() and upload() of the same Graph (different Graphs may be
-  /// updated concurrently).
+  /// keeper that takes care of it with its first such update). Likewise the libraries and
+  /// modules this Graph holds become `newer`'s: those only the replaced parameters launched
+  /// are released once the launches enqueued before this update have finished (after the next
+  /// launch() finishes, or with this Graph), so a loop that loads new code every step holds
+  /// one step's. Not thread-safe for one Graph: serialize update(), launch() and upload() of
+  /// the same Graph (different Graphs may be updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
   /// unchanged); Error on another failure.
   void update(const Graph& newer);

@@ -1,8 +1,10 @@
 // Per-node updates of a custream::Graph's executable, and the keeper that owns the payloads they
 // give and replace. Design: docs/design/graphs.md, "Per-node updates" (invariants U1-U6).
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -99,24 +101,34 @@ void after_whole_update(NodeUpdates& u, CUgraph newer, bool updated) noexcept {
 }
 
 void release_retired_after(NodeUpdates& u, CUstream stream) noexcept {
-  if (u.kept == nullptr || u.kept->retired.empty()) {
+  std::vector<PayloadPtr>* kept = u.kept != nullptr ? &u.kept->retired : nullptr;
+  const std::size_t from_kept = kept != nullptr ? kept->size() : 0;
+  if (from_kept == 0 && u.retired_code.empty()) {
     u.retire_pending.store(false, std::memory_order_relaxed);
     return;
   }
   std::vector<PayloadPtr>* batch = nullptr;
   try {
-    batch = new std::vector<PayloadPtr>(std::move(u.kept->retired));
+    batch = new std::vector<PayloadPtr>;
+    batch->reserve(from_kept + u.retired_code.size());
   } catch (...) {
-    return;  // no memory: the next launch, or the keeper, releases them
+    delete batch;
+    return;  // no memory: the next launch, the keeper or the GraphOwner releases them
   }
-  u.kept->retired.clear();
+  if (kept != nullptr) std::move(kept->begin(), kept->end(), std::back_inserter(*batch));
+  std::move(u.retired_code.begin(), u.retired_code.end(), std::back_inserter(*batch));
   // Launches of one executable run in order: once this one is done, every earlier one is (U3).
   const CUresult r = api().cuLaunchHostFunc(stream, &free_retired, batch);  // raw: no throw
-  if (r != CUDA_SUCCESS) {  // they stay retired: the next launch, or the keeper, releases them
-    u.kept->retired = std::move(*batch);
+  if (r != CUDA_SUCCESS) {  // they stay retired where they were (the next launch, or U2/U9)
+    if (kept != nullptr) {
+      std::move(batch->begin(), batch->begin() + from_kept, kept->begin());
+    }
+    std::move(batch->begin() + from_kept, batch->end(), u.retired_code.begin());
     delete batch;
     return;
   }
+  if (kept != nullptr) kept->clear();
+  u.retired_code.clear();
   u.retire_pending.store(false, std::memory_order_relaxed);
 }
 

@@ -50,8 +50,9 @@ struct NodeUpdates {
   NodeUpdates(const NodeUpdates&) = delete;
   NodeUpdates& operator=(const NodeUpdates&) = delete;
 
-  /// Whether `kept->retired` holds anything: read by every launch (one relaxed load), set by
-  /// the update that retires, cleared by the launch that enqueues their release (U3).
+  /// Whether `kept->retired` or `retired_code` holds anything: read by every launch (one
+  /// relaxed load), set by the update that retires, cleared by the launch that enqueues their
+  /// release (U3).
   std::atomic<bool> retire_pending{false};
   /// Whether update()/update_from_capture() must look at this state (a keeper, or cached
   /// kernel nodes): one branch on their path otherwise.
@@ -63,6 +64,9 @@ struct NodeUpdates {
   Kept* kept = nullptr;
   /// Every kernel node updated so far.
   std::vector<std::unique_ptr<KernelNodeInfo>> kernels;
+  /// The code (libraries, modules) whole-graph updates replaced: released after the next
+  /// launch finishes, with `kept->retired` (U3), or with the GraphOwner (U9). Any Graph.
+  std::vector<PayloadPtr> retired_code;
 };
 
 /// Makes the keeper of a graph about to be instantiated: a user object owning an empty Kept,

@@ -101,6 +101,16 @@ class GraphCode {
   /// Holds `owner` too (a library a kernel node launches); the caller holds a reference.
   /// @throws std::bad_alloc.
   void hold(LibraryOwner* owner);
+  /// Whether this holds what `other` holds, in the same order (inline: two empty ones compare
+  /// their sizes only).
+  bool same_as(const GraphCode& other) const noexcept {
+    return libraries_ == other.libraries_ && modules_ == other.modules_;
+  }
+  /// Exchanges what this and `other` hold. Never throws.
+  void swap(GraphCode& other) noexcept {
+    libraries_.swap(other.libraries_);
+    modules_.swap(other.modules_);
+  }
   /// How many libraries are held.
   std::size_t libraries() const noexcept { return libraries_.size(); }
   /// How many modules are held.
