@@ -126,6 +126,10 @@ void GraphCode::hold_more(const GraphCode& other) {
 
 void GraphCode::hold(LibraryOwner* owner) { hold_one(libraries_, owner); }
 
+bool GraphCode::same_as_held(const GraphCode& other) const noexcept {
+  return libraries_ == other.libraries_ && modules_ == other.modules_;
+}
+
 GraphCode::~GraphCode() {
   release_all(libraries_);
   release_all(modules_);

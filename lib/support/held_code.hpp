@@ -104,7 +104,9 @@ class GraphCode {
   /// Whether this holds what `other` holds, in the same order (inline: two empty ones compare
   /// their sizes only).
   bool same_as(const GraphCode& other) const noexcept {
-    return libraries_ == other.libraries_ && modules_ == other.modules_;
+    if (libraries_.size() != other.libraries_.size() || modules_.size() != other.modules_.size())
+      return false;
+    return (libraries_.empty() && modules_.empty()) || same_as_held(other);
   }
   /// Exchanges what this and `other` hold. Never throws.
   void swap(GraphCode& other) noexcept {
@@ -117,7 +119,8 @@ class GraphCode {
   std::size_t modules() const noexcept { return modules_.size(); }
 
  private:
-  void hold_more(const GraphCode& other);  // hold() for a non-empty `other`
+  void hold_more(const GraphCode& other);                    // hold() for a non-empty `other`
+  bool same_as_held(const GraphCode& other) const noexcept;  // same_as() when not empty
   std::vector<LibraryOwner*> libraries_;
   std::vector<ModuleOwner*> modules_;
 };
