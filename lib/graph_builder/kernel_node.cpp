@@ -72,11 +72,10 @@ CUgraphNodeParams kernel_params(const detail::LaunchSite& site, CUfunction funct
   return p;
 }
 
-// Gives `node` the attributes (none for a plain configuration: no driver call), with the
-// builder's context current as for the add (graphs.md B10).
+// Gives `node` its `count` (> 0) attributes, with the builder's context current as for the
+// add (graphs.md B10).
 void set_attributes(CUgraphNode node, CUgraph graph, CUcontext context,
                     const CUlaunchAttribute* attributes, unsigned count) {
-  if (count == 0) return;
   const detail::MakeCurrent current(context);
   for (unsigned i = 0; i < count; ++i) {
     detail::call<&DriverApi::cuGraphKernelNodeSetAttribute>(detail::graph_subject(graph), node,
@@ -92,7 +91,9 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
   detail::BuilderOwner& owner = *owner_.get();
   const CUcontext loaded_in = kernel.module_.context();
-  detail::check_body_context(owner, graph_, loaded_in, kCall);  // conditional.hpp
+  if (graph_ != owner.root()) {  // a root is no body: no call on the root's adds
+    detail::check_body_context(owner, graph_, loaded_in, kCall);  // conditional.hpp
+  }
   if (kernel.function_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,
                            "the Kernel is empty (default-constructed or moved from)");
@@ -124,7 +125,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   if (!known) owner.modules.reserve(owner.modules.size() + 1);
   const GraphNode node = add_checked_node(after, p, GraphNodeKind::kernel, kCall);
   if (!known) owner.modules.push_back(kernel.module_);  // reserved: no throw (B3)
-  set_attributes(node.handle(), graph_, context, attributes, n);
+  if (n > 0) set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
 }
 
@@ -152,7 +153,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKe
   CUgraphNodeParams p = kernel_params(site, function, config, params, state.name, attributes, &n);
   owner.code.hold(kernel.library_.owner_.get());  // loaded while the graph lives (B3)
   const GraphNode node = add_checked_node(after, p, GraphNodeKind::kernel, kCall);
-  set_attributes(node.handle(), graph_, context, attributes, n);
+  if (n > 0) set_attributes(node.handle(), graph_, context, attributes, n);
   return node;
 }
 
