@@ -427,28 +427,42 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   }
 
   // Never earlier: with the stream parked behind a host function, a launch of the old module,
-  // an update to a new one and a launch of that are enqueued; the old module is released only
-  // once the gate opens and both launches have run.
-  std::atomic<bool> open{false};
-  struct Gate {  // opened on every way out, before `open` goes
-    std::atomic<bool>& open;
+  // an update to a new one and a launch of that are enqueued; the old module goes only after
+  // both launches ran (the emulator checks it while parked). The gate opens once that check is
+  // done, or after 2 s: a real driver's cuGraphExecUpdate may wait for the parked launch.
+  Kernel next = Module::from_ptx(kPtx).kernel("add_one");  // loaded before the stream parks
+  std::atomic<bool> open{false}, checked{false};
+  std::thread opener([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!checked.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    open = true;
+  });
+  struct Opened {  // on every way out, before `open` goes
+    std::thread& opener;
+    std::atomic<bool>& checked;
     const Stream& s;
-    ~Gate() {
-      open = true;
+    ~Opened() {
+      checked = true;
+      opener.join();
       s.synchronize();
     }
-  } gate{open, s};
+  } opened{opener, checked, s};
   s.launch_host_func([&open] {
     while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   g.launch(s);
-  with_fresh_module([&] { g.update_from_capture(s); });  // the capture does not wait
+  s.begin_capture();
+  next.launch(s, {1}, {1}, 0, data.get(), 1u);
+  g.update_from_capture(s);
+  next = Kernel();  // the Graph holds its module now
   g.launch(s);
   if (emulated) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     CHECK(custream_test::emu_live_objects() == start + 1);  // the old module still loaded
   }
-  open = true;
+  checked = true;
   s.synchronize();
   CHECK(read(s, data)[0] == kSteps + 3);
   if (emulated) {
