@@ -144,35 +144,58 @@ GraphNode GraphBuilder::add_node(GraphDependencies after, CUgraphNodeParams& par
   return add_checked_node(after, params, kind, call);
 }
 
+namespace {
+
+// The one cuGraphAddNode of an add, `deps` holding `count` dependencies. @throws Error naming
+// the node's kind and `call`.
+inline CUgraphNode add_to_driver(CUgraph graph, const CUgraphNode* deps, std::size_t count,
+                                 CUgraphNodeParams& params, GraphNodeKind kind, const char* call) {
+  CUgraphNode node = nullptr;
+  const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
+      &node, graph, count == 0 ? nullptr : deps, static_cast<const CUgraphEdgeData*>(nullptr),
+      count, &params);
+  if (r != CUDA_SUCCESS) {
+    detail::fail<&DriverApi::cuGraphAddNode>(
+        r, detail::graph_subject(graph),
+        std::string("a ") + to_string(kind) + " node (" + call + "); the builder is unchanged");
+  }
+  return node;
+}
+
+// add_checked_node with more than eight dependencies (their array on the heap).
+[[gnu::cold, gnu::noinline]] CUgraphNode add_many(const detail::BuilderOwner& owner, CUgraph graph,
+                                                  GraphDependencies after,
+                                                  CUgraphNodeParams& params, GraphNodeKind kind,
+                                                  const char* call) {
+  std::vector<CUgraphNode> deps;
+  deps.reserve(after.size());
+  for (const GraphNode& node : after) deps.push_back(node.handle());
+  std::optional<detail::MakeCurrent> current;
+  if (!adds_without_current(kind, graph == owner.root())) current.emplace(owner.context.handle());
+  return add_to_driver(graph, deps.data(), deps.size(), params, kind, call);
+}
+
+}  // namespace
+
 GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
                                          GraphNodeKind kind, const char* call) {
-  // The driver takes an array of CUgraphNode: on the stack for up to 8 dependencies.
-  CUgraphNode small[8];
-  std::vector<CUgraphNode> large;
-  CUgraphNode* deps = small;
+  const detail::BuilderOwner& owner = *owner_.get();
   if (after.size() > 8) {
-    large.resize(after.size());
-    deps = large.data();
+    return GraphNode(add_many(owner, graph_, after, params, kind, call), graph_, kind);
   }
+  // The driver takes an array of CUgraphNode: on the stack up to 8 dependencies (B8).
+  CUgraphNode deps[8];
   std::size_t i = 0;
   for (const GraphNode& node : after) deps[i++] = node.handle();
   // The builder's context current (invariant B10): without a current context, driver 580
   // crashes adding a kernel node (to a root graph or a body), whatever the node's ctx says.
   // Memset, memcpy and empty nodes of the root graph, whose parameters name their context,
   // are added as they are (measured: test/conformance/no_current_context.cpp).
-  const detail::BuilderOwner& owner = *owner_.get();
-  std::optional<detail::MakeCurrent> current;
-  if (!adds_without_current(kind, graph_ == owner.root())) current.emplace(owner.context.handle());
-  CUgraphNode node = nullptr;
-  const CUresult r = detail::try_call<&DriverApi::cuGraphAddNode>(
-      &node, static_cast<CUgraph>(graph_), after.empty() ? nullptr : deps,
-      static_cast<const CUgraphEdgeData*>(nullptr), after.size(), &params);
-  if (r != CUDA_SUCCESS) {
-    detail::fail<&DriverApi::cuGraphAddNode>(
-        r, detail::graph_subject(graph_),
-        std::string("a ") + to_string(kind) + " node (" + call + "); the builder is unchanged");
+  if (adds_without_current(kind, graph_ == owner.root())) {
+    return GraphNode(add_to_driver(graph_, deps, i, params, kind, call), graph_, kind);
   }
-  return GraphNode(node, graph_, kind);
+  const detail::MakeCurrent current(owner.context.handle());
+  return GraphNode(add_to_driver(graph_, deps, i, params, kind, call), graph_, kind);
 }
 
 Graph GraphBuilder::instantiate(InstantiateFlags flags, StreamRef upload_stream) const {
