@@ -167,9 +167,10 @@ class GraphBuilder {
   GraphNode add_free(GraphDependencies after, CUdeviceptr address);
   /// An edge from `from` to `to` (both nodes of this builder's graph): `to` runs after `from`
   /// (cuGraphAddDependencies).
-  /// @throws Error (CUDA_ERROR_INVALID_VALUE, before the driver) naming both nodes for an empty
-  /// node, a node of another graph, or an edge that would close a cycle (`to` already runs
-  /// before `from`, or they are the same node); Error on a driver failure.
+  /// @throws Error (CUDA_ERROR_INVALID_VALUE, before the edge is added) naming both nodes for an
+  /// empty node, a node of another graph, or an edge that would close a cycle (`to` already
+  /// runs before `from`, or they are the same node; the driver's edges are walked to tell);
+  /// Error on a driver failure.
   void add_dependency(GraphNode from, GraphNode to);
 
   /// A conditional handle of this graph (cuGraphConditionalHandleCreate).

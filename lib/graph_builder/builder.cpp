@@ -121,12 +121,21 @@ namespace {
   detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph, why);
 }
 
-// Whether a node of `kind` is added without making the builder's context current (B10): the
-// kinds driver 580 adds to a root graph with no context current, or another one, since their
-// parameters name the context.
-bool adds_without_current(GraphNodeKind kind, bool root) noexcept {
-  return root && (kind == GraphNodeKind::memset || kind == GraphNodeKind::memcpy ||
-                  kind == GraphNodeKind::empty);
+// Whether a node is added without making the builder's context current (B10): memset, empty
+// and device-to-device memcpy nodes of the root graph, which driver 580 adds with no context
+// current, or another one (test/conformance/no_current_context.cpp).
+bool adds_without_current(const CUgraphNodeParams& p, bool root) noexcept {
+  if (!root) return false;
+  switch (p.type) {
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return true;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return p.memcpy.copyParams.srcMemoryType == CU_MEMORYTYPE_DEVICE &&
+             p.memcpy.copyParams.dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -171,7 +180,7 @@ inline CUgraphNode add_to_driver(CUgraph graph, const CUgraphNode* deps, std::si
   deps.reserve(after.size());
   for (const GraphNode& node : after) deps.push_back(node.handle());
   std::optional<detail::MakeCurrent> current;
-  if (!adds_without_current(kind, graph == owner.root())) current.emplace(owner.context.handle());
+  if (!adds_without_current(params, graph == owner.root())) current.emplace(owner.context.handle());
   return add_to_driver(graph, deps.data(), deps.size(), params, kind, call);
 }
 
@@ -189,9 +198,9 @@ GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodePar
   for (const GraphNode& node : after) deps[i++] = node.handle();
   // The builder's context current (invariant B10): without a current context, driver 580
   // crashes adding a kernel node (to a root graph or a body), whatever the node's ctx says.
-  // Memset, memcpy and empty nodes of the root graph, whose parameters name their context,
-  // are added as they are (measured: test/conformance/no_current_context.cpp).
-  if (adds_without_current(kind, graph_ == owner.root())) {
+  // Root memset, empty and device-to-device memcpy nodes are added as they are (measured:
+  // test/conformance/no_current_context.cpp).
+  if (adds_without_current(params, graph_ == owner.root())) {
     return GraphNode(add_to_driver(graph_, deps, i, params, kind, call), graph_, kind);
   }
   const detail::MakeCurrent current(owner.context.handle());

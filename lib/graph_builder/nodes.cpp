@@ -13,6 +13,7 @@
 #include "custream/event.hpp"
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
+#include "error.hpp"
 #include "node_params.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
@@ -242,10 +243,11 @@ void GraphBuilder::add_dependency(GraphNode from, GraphNode to) {
   const std::string edge =
       "an edge from " + detail::node_text(from) + " to " + detail::node_text(to);
   if (from == to || runs_after(graph_, from.handle(), to.handle())) {
-    detail::refuse_builder(CUDA_ERROR_INVALID_VALUE, call, graph_,
-                           edge + " would close a cycle (" + detail::node_text(from) +
-                               " already runs after " + detail::node_text(to) +
-                               "): a graph has no cycles");
+    detail::throw_error(CUDA_ERROR_INVALID_VALUE, call, "graph " + detail::pointer_text(graph_),
+                        edge + " would close a cycle (" + detail::node_text(from) +
+                            " already runs after " + detail::node_text(to) +
+                            "): a graph has no cycles (custream refused it before adding the "
+                            "edge; the builder is unchanged)");
   }
   const CUgraphNode f = from.handle();
   const CUgraphNode t = to.handle();
