@@ -224,34 +224,37 @@ struct RetiredCode final : detail::Payload {
   detail::GraphCode code;
 };
 
-// The payload that will hold `o`'s code once an update replaces it, with room for it in the
-// retire list (called before the update, when the new code differs). @throws std::bad_alloc
+// The payload that will hold `o`'s running code once an update replaces it, with room for it in
+// the retire list (called before the update, when the new code differs). @throws std::bad_alloc
 // (nothing changed).
 std::unique_ptr<RetiredCode> prepare_code_swap(detail::GraphOwner& o) {
   auto retired = std::make_unique<RetiredCode>();
-  o.updates.retired_code.reserve(o.updates.retired_code.size() + 1);
+  auto& list = o.updates.retired_code;
+  if (list.size() == list.capacity()) list.reserve(2 * list.size() + 1);
   return retired;
 }
 
-// After a successful update: `o` holds `next` (moved out), and what it held is retired, released
-// after the next launch finishes or with `o` (U9). Never throws (room made by prepare).
+// After a successful update: `o` runs `next` (moved out), and the code it ran before is retired,
+// released after the next launch finishes or with `o` (U9). The code of the graph `o` was
+// instantiated from stays held for `o`'s life. Never throws (room made by prepare).
 void swap_code(detail::GraphOwner& o, detail::GraphCode& next,
                std::unique_ptr<RetiredCode> retired) noexcept {
-  o.code.swap(next);                                     // `next` now holds the replaced code
-  retired->code.swap(next);                              // and the payload holds it
-  o.updates.retired_code.push_back(std::move(retired));  // reserved: no throw
+  o.running.swap(next);  // `next` now holds the replaced code
+  if (next.libraries() == 0 && next.modules() == 0) return;
+  retired->code.swap(next);
+  o.updates.retired_code.push_back(std::move(retired));  // room made: no throw
   o.updates.retire_pending.store(true, std::memory_order_relaxed);
 }
 
-// update() from a Graph `n` whose code differs from this one's, or made by a builder: the
-// executable runs `n`'s code from now on, so `o` holds exactly that, and retires what it held
-// (U9; a builder source as U7).
+// update() from a Graph `n` whose graph launches other code than `o` runs, or made by a
+// builder: the executable runs `n`'s graph from now on, so `o` runs exactly its code, and
+// retires what it ran (U9; a builder source as U7).
 [[gnu::cold, gnu::noinline]] void update_with_code(detail::GraphOwner& o,
                                                    const detail::GraphOwner& n, CUgraph newer) {
   detail::GraphCode next;
   std::unique_ptr<RetiredCode> retired;
-  if (!o.code.same_as(n.code)) {
-    next.hold(n.code);
+  if (!o.running.same_as(n.code)) {
+    next.hold(n.code);  // the code of n's own graph, the one the update reads
     retired = prepare_code_swap(o);
   }
   if (n.builder) {
@@ -375,7 +378,7 @@ void Graph::launch(StreamRef stream) const {
   // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
   detail::NodeUpdates& u = owner_.get()->updates;
   if (u.retire_pending.load(std::memory_order_relaxed)) {
-    detail::release_retired_after(u, stream.handle());
+    detail::release_retired_after(u, stream.handle(), owner_.get()->context);
   }
 }
 
@@ -408,7 +411,7 @@ void Graph::update(const Graph& newer) {
   detail::GraphOwner& o = *owner_.get();
   if (newer.owner_) {  // other code (invariant 5, U9) or a builder's graph (U7): cold
     const detail::GraphOwner& n = *newer.owner_.get();
-    if (n.builder || !o.code.same_as(n.code)) return update_with_code(o, n, newer.graph_);
+    if (n.builder || !o.running.same_as(n.code)) return update_with_code(o, n, newer.graph_);
   }
   if (o.updates.active) return update_exec_with_nodes(o, newer.graph_);  // per-node U4
   update_exec(graph_, exec_, newer.graph_);
@@ -426,7 +429,7 @@ void Graph::update_from_capture(StreamRef stream) {
   detail::GraphCode next;  // what the captured graph may launch (libraries.md 5, modules.md 7)
   next.hold_since(ended.code_since);
   std::unique_ptr<RetiredCode> retired;
-  if (!o.code.same_as(next)) retired = prepare_code_swap(o);
+  if (!o.running.same_as(next)) retired = prepare_code_swap(o);
   if (o.updates.active) {
     update_exec_with_nodes(o, captured.graph);
   } else {

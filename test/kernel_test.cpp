@@ -377,8 +377,9 @@ TEST_CASE("graphs hold the modules they may launch: captured, raw handles, forei
 }
 
 // A per-step loop that loads new code each step (a JIT specializing a kernel) and updates one
-// Graph to it: the Graph holds the code its executable now runs, not every module it ever ran,
-// and a replaced module stays loaded until the launches enqueued before the update are done.
+// Graph to it: the Graph holds the code of its own graph and of the one its executable now
+// runs, not every module it ever ran, and a replaced module stays loaded until the launches
+// enqueued before the update are done.
 TEST_CASE("updates release the modules a graph no longer launches, after its earlier launches",
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
@@ -423,7 +424,8 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   CHECK(read(s, data)[0] == kSteps + 1);
   if (emulated) {
     CHECK(custream_test::emu_wait_idle());
-    CHECK(custream_test::emu_live_objects() == start);  // one module, not kSteps + 1
+    // The first graph's module (g's own graph keeps it) and the last step's, not kSteps + 1.
+    CHECK(custream_test::emu_live_objects() == start + 1);
   }
 
   // Never earlier: with the stream parked behind a host function, a launch of the old module,
@@ -460,15 +462,64 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   g.launch(s);
   if (emulated) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(custream_test::emu_live_objects() == start + 1);  // the old module still loaded
+    CHECK(custream_test::emu_live_objects() == start + 2);  // the replaced one still loaded
   }
   checked = true;
   s.synchronize();
   CHECK(read(s, data)[0] == kSteps + 3);
   if (emulated) {
     CHECK(custream_test::emu_wait_idle());
-    CHECK(custream_test::emu_live_objects() == start);
+    CHECK(custream_test::emu_live_objects() == start + 1);
   }
+}
+
+// What an update does not replace: the graph a Graph was made from (graph(), and the kernels
+// per-node updates read from it) keeps its code, also when updates moved the executable to
+// other modules; and update(newer) gives the executable newer's own graph, whose code the
+// Graph then holds, whatever newer was updated to since.
+TEST_CASE("a Graph keeps the code of the graph it was made from through updates",
+          "[kernel][graph][update][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  const bool emulated = custream_test::emulated();
+  if (emulated) {
+    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+        "custream_emu_register_kernel");
+    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+  }
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::DeviceBuffer data(sizeof(int));
+  s.memset32(data.get(), 0, 1);
+  // Captures add_one of a newly loaded module, `end` ending the capture before every handle of
+  // the module goes.
+  const auto with_fresh_module = [&](const std::function<void()>& end) {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    s.begin_capture();
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    end();
+  };
+  const auto settle = [&] {
+    s.synchronize();
+    if (emulated) CHECK(custream_test::emu_wait_idle());
+  };
+  Graph g, a;
+  with_fresh_module([&] { g = s.end_capture(); });  // module A
+  with_fresh_module([&] { a = s.end_capture(); });  // module C
+  const std::vector<custream::GraphNode> nodes = g.nodes();
+  REQUIRE(nodes.size() == 1);
+  with_fresh_module([&] { g.update_from_capture(s); });  // module B
+  g.launch(s);                                           // A's release would follow it
+  with_fresh_module([&] { a.update_from_capture(s); });  // module D
+  a.launch(s);
+  settle();
+  // A per-node update reads the node's kernel from g's own graph: A's, still loaded.
+  g.update_kernel(nodes[0], custream::LaunchConfig{{1}, {1}}, data.get(), 1u);
+  g.launch(s);
+  // g runs a's own graph (C), not what a was updated to (D).
+  g.update(a);
+  g.launch(s);
+  settle();
+  CHECK(read(s, data)[0] == 4);  // one add_one a launch
+  CHECK(!g.dot().empty());       // g's own graph is intact
 }
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight",

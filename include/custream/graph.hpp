@@ -115,12 +115,14 @@ class Graph {
   /// Graph holds that builder (its modules, events, child graphs, graph memory), since the
   /// executable now runs them; the builder of an earlier such update is released once the
   /// launches enqueued before this one have finished (a captured or adopted Graph gets the
-  /// keeper that takes care of it with its first such update). Likewise the libraries and
-  /// modules this Graph holds become `newer`'s: those only the replaced parameters launched
-  /// are released once the launches enqueued before this update have finished (after the next
-  /// launch() finishes, or with this Graph), so a loop that loads new code every step holds
-  /// one step's. Not thread-safe for one Graph: serialize update(), launch() and upload() of
-  /// the same Graph (different Graphs may be updated concurrently).
+  /// keeper that takes care of it with its first such update). Likewise this Graph holds the
+  /// libraries and modules of `newer`'s own graph (not what `newer` was updated to since)
+  /// besides those of its own graph; those of an earlier update's graph are released once the
+  /// launches enqueued before this update have finished (after the next launch() finishes, or
+  /// with this Graph): a loop that loads new code every step holds its first step's code, the
+  /// last step's, and until the next launch finishes the one before. Not thread-safe for one
+  /// Graph: serialize update(), launch() and upload() of the same Graph (different Graphs may
+  /// be updated concurrently).
   /// @throws GraphUpdateError naming the reason and the failing node (the executable is
   /// unchanged); Error on another failure.
   void update(const Graph& newer);

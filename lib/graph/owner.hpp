@@ -17,10 +17,11 @@ struct GraphOwner : Counted {
   // payloads it owns, go when the executable's launches are done (per-node updates, U2).
   ~GraphOwner();
   CUgraphExec exec = nullptr;
-  CUgraph graph = nullptr;   // the graph this executable was instantiated from
-  bool owned = false;        // adopted or from end_capture: destroyed with the last reference
-  Context keep;              // the owned context it was instantiated in (contexts.md, invariant 5)
-  GraphCode code;  // the libraries and modules its kernels come from (support/held_code.hpp)
+  CUgraph graph = nullptr;  // the graph this executable was instantiated from
+  bool owned = false;       // adopted or from end_capture: destroyed with the last reference
+  Context keep;             // the owned context it was instantiated in (contexts.md, invariant 5)
+  GraphCode code;           // the libraries and modules `graph`'s kernels come from, held for life
+  GraphCode running;        // those of the graph whole updates last gave `exec` (U9; empty before)
   Shared<BuilderOwner> builder;        // the builder it was instantiated from (graphs.md, Builders)
   Shared<BuilderOwner> update_source;  // the builder of the last update's graph (U7)
   CUcontext context = nullptr;         // the context it was instantiated in (memset/memcpy updates)

@@ -6,7 +6,8 @@
 // compare); a raw handle handed out marks it exposed. A graph custream instantiates holds, by
 // reference, every owner stamped since its capture began (every one ever launched for a capture
 // custream did not begin) and every exposed one, so no code it may launch is unloaded before
-// it is destroyed. Holding never resurrects an owner whose last reference is gone.
+// it is destroyed (or, for what an update gave its executable, replaced: graphs.md U9).
+// Holding never resurrects an owner whose last reference is gone.
 #pragma once
 
 #include <atomic>
