@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "custream/capture.hpp"
+#include "custream/context_scope.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/graph.hpp"
 #include "custream/host_function.hpp"
@@ -520,6 +521,51 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
   settle();
   CHECK(read(s, data)[0] == 4);  // one add_one a launch
   CHECK(!g.dot().empty());       // g's own graph is intact
+}
+
+// The release after a launch on a special handle from a thread with no current context:
+// launch() gets there by retrying in the executable's context, and so does the release of what
+// an update replaced (else it stayed pending, one module a step).
+TEST_CASE("code an update replaced is released after a launch on the legacy stream",
+          "[kernel][graph][update][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  const bool emulated = custream_test::emulated();
+  if (emulated) {
+    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+        "custream_emu_register_kernel");
+    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+  }
+  Stream s(custream::StreamFlags::non_blocking);
+  custream::DeviceBuffer data(sizeof(int));
+  s.memset32(data.get(), 0, 1);
+  const auto with_fresh_module = [&](const std::function<void()>& end) {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    s.begin_capture();
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    end();
+  };
+  Graph g;
+  with_fresh_module([&] { g = s.end_capture(); });
+  with_fresh_module([&] { g.update_from_capture(s); });  // B runs
+  g.launch(s);
+  s.synchronize();
+  long before = 0;  // g's own module and B
+  if (emulated) {
+    CHECK(custream_test::emu_wait_idle());
+    before = custream_test::emu_live_objects();
+  }
+  with_fresh_module([&] { g.update_from_capture(s); });  // C runs, B retired
+  std::thread([&] {                                      // a fresh thread has no current context
+    g.launch(custream::StreamRef::legacy());
+  })
+      .join();
+  const custream::ContextScope context(s.context());
+  REQUIRE(custream::detail::api().cuCtxSynchronize() == CUDA_SUCCESS);
+  if (emulated) {
+    CHECK(custream_test::emu_wait_idle());
+    CHECK(custream_test::emu_live_objects() == before);  // B released, C held
+  }
+  CHECK(read(s, data)[0] == 2);  // two launches
 }
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight",
