@@ -378,7 +378,7 @@ void Graph::launch(StreamRef stream) const {
   // Payloads a per-node update replaced: released after this launch (graphs.md, U3).
   detail::NodeUpdates& u = owner_.get()->updates;
   if (u.retire_pending.load(std::memory_order_relaxed)) {
-    detail::release_retired_after(u, stream.handle(), owner_.get()->context);
+    detail::release_retired_after(u, stream.handle(), stream.is_special());
   }
 }
 

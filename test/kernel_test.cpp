@@ -498,8 +498,9 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
     k.launch(s, {1}, {1}, 0, data.get(), 1u);
     end();
   };
-  const auto settle = [&] {
+  const auto settle = [&] {  // the releases after the launches done too
     s.synchronize();
+    CHECK(custream::testing::wait_for_releases(std::chrono::seconds(10)));
     if (emulated) CHECK(custream_test::emu_wait_idle());
   };
   Graph g, a;
@@ -517,6 +518,7 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
   g.launch(s);
   // g runs a's own graph (C), not what a was updated to (D).
   g.update(a);
+  a = Graph();  // C stays loaded only if g holds it
   g.launch(s);
   settle();
   CHECK(read(s, data)[0] == 4);  // one add_one a launch
@@ -524,8 +526,8 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
 }
 
 // The release after a launch on a special handle from a thread with no current context:
-// launch() gets there by retrying in the executable's context, and so does the release of what
-// an update replaced (else it stayed pending, one module a step).
+// launch() gets there by retrying with the device's primary context current, and so does the
+// release of what an update replaced (else it stayed pending, one module a step).
 TEST_CASE("code an update replaced is released after a launch on the legacy stream",
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,7 +101,7 @@ void after_whole_update(NodeUpdates& u, CUgraph newer, bool updated) noexcept {
   }
 }
 
-void release_retired_after(NodeUpdates& u, CUstream stream, CUcontext context) noexcept {
+void release_retired_after(NodeUpdates& u, CUstream stream, bool special) noexcept {
   std::vector<PayloadPtr>* kept = u.kept != nullptr ? &u.kept->retired : nullptr;
   const std::size_t from_kept = kept != nullptr ? kept->size() : 0;
   if (from_kept == 0 && u.retired_code.empty()) {
@@ -118,15 +119,13 @@ void release_retired_after(NodeUpdates& u, CUstream stream, CUcontext context) n
   if (kept != nullptr) std::move(kept->begin(), kept->end(), std::back_inserter(*batch));
   std::move(u.retired_code.begin(), u.retired_code.end(), std::back_inserter(*batch));
   // Launches of one executable run in order: once this one is done, every earlier one is (U3).
-  CUresult r = api().cuLaunchHostFunc(stream, &free_retired, batch);  // raw: no throw
-  if (r == CUDA_ERROR_INVALID_CONTEXT && context != nullptr) {
-    // A special stream handle with no context current, which launch() retried in the
-    // executable's context: the same here.
-    try {
-      const MakeCurrent current(context);
-      r = api().cuLaunchHostFunc(stream, &free_retired, batch);  // raw: no throw
-    } catch (...) {  // no context could be made current: r stays the driver's answer
-    }
+  // With launch()'s special-handle retry (the same context, so the same stream).
+  CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+  try {
+    std::optional<ContextScope> scope;
+    r = on_stream<&DriverApi::cuLaunchHostFunc>(special, scope, stream, &free_retired,
+                                                static_cast<void*>(batch));
+  } catch (...) {  // no context could be made current: they stay retired
   }
   if (r != CUDA_SUCCESS) {  // they stay retired where they were (the next launch, or U2/U9)
     if (kept != nullptr) {

@@ -96,10 +96,9 @@ void set_update_source(GraphOwner& o, const Shared<BuilderOwner>& source,
 /// Undoes make_keeper after the keeper's only reference went with a failed update: `u` has
 /// no keeper again, and `was_active` as before. Never throws.
 void forget_keeper(NodeUpdates& u, bool was_active) noexcept;
-/// Enqueues on `stream`, after the launch just made, the release of the retired payloads (U3),
-/// with `context` current when the driver wants one (a special handle). Never throws: when the
-/// driver refuses, they stay retired (the next launch, the keeper or the GraphOwner).
-[[gnu::cold]] void release_retired_after(NodeUpdates& u, CUstream stream,
-                                         CUcontext context) noexcept;
+/// Enqueues on `stream` (`special`: a special handle, retried as the launch was), after the
+/// launch just made, the release of the retired payloads (U3). Never throws: when the driver
+/// refuses, they stay retired (the next launch, the keeper or the GraphOwner).
+[[gnu::cold]] void release_retired_after(NodeUpdates& u, CUstream stream, bool special) noexcept;
 
 }  // namespace custream::detail
