@@ -108,6 +108,28 @@ void cpu_add_one(const custream_emu_kernel_launch* l) {
   for (unsigned i = 0; i < threads && i < n; ++i) ++data[i];
 }
 
+namespace {
+
+// On the emulator, cpu_add_one runs every add_one (a real driver runs the PTX).
+void register_add_one() {
+  if (!custream_test::emulated()) return;
+  auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
+      "custream_emu_register_kernel");
+  REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
+}
+
+// Captures, on `s`, add_one of a newly loaded module over the first word of `data`, and calls
+// `end` to end the capture while the module is loaded; every handle of it goes on return.
+void capture_fresh_add_one(const Stream& s, const custream::DeviceBuffer& data,
+                           const std::function<void()>& end) {
+  Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+  s.begin_capture();
+  k.launch(s, {1}, {1}, 0, data.get(), 1u);
+  end();
+}
+
+}  // namespace
+
 TEST_CASE("on the emulator a kernel runs its registered CPU implementation",
           "[gpu][kernel][emu-only]") {
   REQUIRE_EMULATOR();
@@ -315,11 +337,7 @@ TEST_CASE("captured kernel launches replay; DOT names the kernel", "[kernel][gra
 TEST_CASE("graphs hold the modules they may launch: captured, raw handles, foreign captures",
           "[kernel][graph][lifetime][gpu]") {
   REQUIRE_DRIVER();
-  if (custream_test::emulated()) {
-    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
-        "custream_emu_register_kernel");
-    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
-  }
+  register_add_one();
   const auto& api = custream::detail::api();
   Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer data(sizeof(int));
@@ -385,21 +403,12 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
   const bool emulated = custream_test::emulated();
-  if (emulated) {
-    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
-        "custream_emu_register_kernel");
-    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
-  }
+  register_add_one();
   Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer data(sizeof(int));
   s.memset32(data.get(), 0, 1);
-  // Captures add_one of a newly loaded module and calls `end` to end the capture; every handle
-  // of the module is dropped on return.
   const auto with_fresh_module = [&](const std::function<void()>& end) {
-    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
-    s.begin_capture();
-    k.launch(s, {1}, {1}, 0, data.get(), 1u);
-    end();
+    capture_fresh_add_one(s, data, end);
   };
   Graph g;
   with_fresh_module([&] { g = s.end_capture(); });
@@ -482,21 +491,12 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
   const bool emulated = custream_test::emulated();
-  if (emulated) {
-    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
-        "custream_emu_register_kernel");
-    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
-  }
+  register_add_one();
   Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer data(sizeof(int));
   s.memset32(data.get(), 0, 1);
-  // Captures add_one of a newly loaded module, `end` ending the capture before every handle of
-  // the module goes.
   const auto with_fresh_module = [&](const std::function<void()>& end) {
-    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
-    s.begin_capture();
-    k.launch(s, {1}, {1}, 0, data.get(), 1u);
-    end();
+    capture_fresh_add_one(s, data, end);
   };
   const auto settle = [&] {  // the releases after the launches done too
     s.synchronize();
@@ -532,19 +532,12 @@ TEST_CASE("code an update replaced is released after a launch on the legacy stre
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
   const bool emulated = custream_test::emulated();
-  if (emulated) {
-    auto register_kernel = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
-        "custream_emu_register_kernel");
-    REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
-  }
+  register_add_one();
   Stream s(custream::StreamFlags::non_blocking);
   custream::DeviceBuffer data(sizeof(int));
   s.memset32(data.get(), 0, 1);
   const auto with_fresh_module = [&](const std::function<void()>& end) {
-    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
-    s.begin_capture();
-    k.launch(s, {1}, {1}, 0, data.get(), 1u);
-    end();
+    capture_fresh_add_one(s, data, end);
   };
   Graph g;
   with_fresh_module([&] { g = s.end_capture(); });
