@@ -118,15 +118,36 @@ void register_add_one() {
   REQUIRE(register_kernel("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
 }
 
-// Captures, on `s`, add_one of a newly loaded module over the first word of `data`, and calls
-// `end` to end the capture while the module is loaded; every handle of it goes on return.
-void capture_fresh_add_one(const Stream& s, const custream::DeviceBuffer& data,
-                           const std::function<void()>& end) {
-  Kernel k = Module::from_ptx(kPtx).kernel("add_one");
-  s.begin_capture();
-  k.launch(s, {1}, {1}, 0, data.get(), 1u);
-  end();
-}
+// What the update tests share: add_one registered, a stream, a zeroed word of device memory.
+// Make it after REQUIRE_DRIVER().
+struct FreshModules {
+  FreshModules() {
+    register_add_one();
+    s.memset32(data.get(), 0, 1);
+  }
+  // Captures add_one of a newly loaded module over the word, and calls `end` to end the capture
+  // while the module is loaded; every handle of it goes on return.
+  void capture(const std::function<void()>& end) const {
+    Kernel k = Module::from_ptx(kPtx).kernel("add_one");
+    s.begin_capture();
+    k.launch(s, {1}, {1}, 0, data.get(), 1u);
+    end();
+  }
+  // Once the stream's work and custream's releases are done: the emulator's live objects (0 on
+  // a GPU, which cannot count them).
+  long live() const {
+    s.synchronize();
+    CHECK(custream::testing::wait_for_releases(std::chrono::seconds(10)));
+    if (!emulated) return 0;
+    CHECK(custream_test::emu_wait_idle());
+    return custream_test::emu_live_objects();
+  }
+  int word() const { return read(s, data)[0]; }
+
+  const bool emulated = custream_test::emulated();
+  Stream s{custream::StreamFlags::non_blocking};
+  custream::DeviceBuffer data{sizeof(int)};
+};
 
 }  // namespace
 
@@ -402,26 +423,15 @@ TEST_CASE("graphs hold the modules they may launch: captured, raw handles, forei
 TEST_CASE("updates release the modules a graph no longer launches, after its earlier launches",
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
-  const bool emulated = custream_test::emulated();
-  register_add_one();
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::DeviceBuffer data(sizeof(int));
-  s.memset32(data.get(), 0, 1);
-  const auto with_fresh_module = [&](const std::function<void()>& end) {
-    capture_fresh_add_one(s, data, end);
-  };
+  FreshModules f;
+  const Stream& s = f.s;
   Graph g;
-  with_fresh_module([&] { g = s.end_capture(); });
+  f.capture([&] { g = s.end_capture(); });
   g.launch(s);
-  s.synchronize();
-  long start = 0;  // g, its graph, executable and one module
-  if (emulated) {
-    CHECK(custream_test::emu_wait_idle());
-    start = custream_test::emu_live_objects();
-  }
+  const long start = f.live();  // g, its graph, executable and one module
   constexpr int kSteps = 6;
   for (int i = 0; i < kSteps; ++i) {
-    with_fresh_module([&] {
+    f.capture([&] {
       if (i % 2 == 0) {
         g.update(s.end_capture());  // the newer Graph and its references go at once
       } else {
@@ -430,13 +440,9 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
     });
     g.launch(s);  // the replaced module is released after this launch
   }
-  s.synchronize();
-  CHECK(read(s, data)[0] == kSteps + 1);
-  if (emulated) {
-    CHECK(custream_test::emu_wait_idle());
-    // The first graph's module (g's own graph keeps it) and the last step's, not kSteps + 1.
-    CHECK(custream_test::emu_live_objects() == start + 1);
-  }
+  // The first graph's module (g's own graph keeps it) and the last step's, not kSteps + 1.
+  if (f.emulated) CHECK(f.live() == start + 1);
+  CHECK(f.word() == kSteps + 1);
 
   // Never earlier: with the stream parked behind a host function, a launch of the old module,
   // an update to a new one and a launch of that are enqueued; the old module goes only after
@@ -466,21 +472,17 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   });
   g.launch(s);
   s.begin_capture();
-  next.launch(s, {1}, {1}, 0, data.get(), 1u);
+  next.launch(s, {1}, {1}, 0, f.data.get(), 1u);
   g.update_from_capture(s);
   next = Kernel();  // the Graph holds its module now
   g.launch(s);
-  if (emulated) {
+  if (f.emulated) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     CHECK(custream_test::emu_live_objects() == start + 2);  // the replaced one still loaded
   }
   checked = true;
-  s.synchronize();
-  CHECK(read(s, data)[0] == kSteps + 3);
-  if (emulated) {
-    CHECK(custream_test::emu_wait_idle());
-    CHECK(custream_test::emu_live_objects() == start + 1);
-  }
+  if (f.emulated) CHECK(f.live() == start + 1);
+  CHECK(f.word() == kSteps + 3);
 }
 
 // What an update does not replace: the graph a Graph was made from (graph(), and the kernels
@@ -490,39 +492,28 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
 TEST_CASE("a Graph keeps the code of the graph it was made from through updates",
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
-  const bool emulated = custream_test::emulated();
-  register_add_one();
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::DeviceBuffer data(sizeof(int));
-  s.memset32(data.get(), 0, 1);
-  const auto with_fresh_module = [&](const std::function<void()>& end) {
-    capture_fresh_add_one(s, data, end);
-  };
-  const auto settle = [&] {  // the releases after the launches done too
-    s.synchronize();
-    CHECK(custream::testing::wait_for_releases(std::chrono::seconds(10)));
-    if (emulated) CHECK(custream_test::emu_wait_idle());
-  };
+  FreshModules f;
+  const Stream& s = f.s;
   Graph g, a;
-  with_fresh_module([&] { g = s.end_capture(); });  // module A
-  with_fresh_module([&] { a = s.end_capture(); });  // module C
+  f.capture([&] { g = s.end_capture(); });  // module A
+  f.capture([&] { a = s.end_capture(); });  // module C
   const std::vector<custream::GraphNode> nodes = g.nodes();
   REQUIRE(nodes.size() == 1);
-  with_fresh_module([&] { g.update_from_capture(s); });  // module B
-  g.launch(s);                                           // A's release would follow it
-  with_fresh_module([&] { a.update_from_capture(s); });  // module D
+  f.capture([&] { g.update_from_capture(s); });  // module B
+  g.launch(s);                                   // A's release would follow it
+  f.capture([&] { a.update_from_capture(s); });  // module D
   a.launch(s);
-  settle();
+  (void)f.live();
   // A per-node update reads the node's kernel from g's own graph: A's, still loaded.
-  g.update_kernel(nodes[0], custream::LaunchConfig{{1}, {1}}, data.get(), 1u);
+  g.update_kernel(nodes[0], custream::LaunchConfig{{1}, {1}}, f.data.get(), 1u);
   g.launch(s);
   // g runs a's own graph (C), not what a was updated to (D).
   g.update(a);
   a = Graph();  // C stays loaded only if g holds it
   g.launch(s);
-  settle();
-  CHECK(read(s, data)[0] == 4);  // one add_one a launch
-  CHECK(!g.dot().empty());       // g's own graph is intact
+  (void)f.live();
+  CHECK(f.word() == 4);     // one add_one a launch
+  CHECK(!g.dot().empty());  // g's own graph is intact
 }
 
 // The release after a launch on a special handle from a thread with no current context:
@@ -531,36 +522,21 @@ TEST_CASE("a Graph keeps the code of the graph it was made from through updates"
 TEST_CASE("code an update replaced is released after a launch on the legacy stream",
           "[kernel][graph][update][lifetime][gpu]") {
   REQUIRE_DRIVER();
-  const bool emulated = custream_test::emulated();
-  register_add_one();
-  Stream s(custream::StreamFlags::non_blocking);
-  custream::DeviceBuffer data(sizeof(int));
-  s.memset32(data.get(), 0, 1);
-  const auto with_fresh_module = [&](const std::function<void()>& end) {
-    capture_fresh_add_one(s, data, end);
-  };
+  FreshModules f;
+  const Stream& s = f.s;
   Graph g;
-  with_fresh_module([&] { g = s.end_capture(); });
-  with_fresh_module([&] { g.update_from_capture(s); });  // B runs
+  f.capture([&] { g = s.end_capture(); });
+  f.capture([&] { g.update_from_capture(s); });  // B runs
   g.launch(s);
-  s.synchronize();
-  long before = 0;  // g's own module and B
-  if (emulated) {
-    CHECK(custream_test::emu_wait_idle());
-    before = custream_test::emu_live_objects();
+  const long before = f.live();                                          // g's own module and B
+  f.capture([&] { g.update_from_capture(s); });                          // C runs, B retired
+  std::thread([&] { g.launch(custream::StreamRef::legacy()); }).join();  // no context current
+  {
+    const custream::ContextScope context(s.context());
+    REQUIRE(custream::detail::api().cuCtxSynchronize() == CUDA_SUCCESS);
   }
-  with_fresh_module([&] { g.update_from_capture(s); });  // C runs, B retired
-  std::thread([&] {                                      // a fresh thread has no current context
-    g.launch(custream::StreamRef::legacy());
-  })
-      .join();
-  const custream::ContextScope context(s.context());
-  REQUIRE(custream::detail::api().cuCtxSynchronize() == CUDA_SUCCESS);
-  if (emulated) {
-    CHECK(custream_test::emu_wait_idle());
-    CHECK(custream_test::emu_live_objects() == before);  // B released, C held
-  }
-  CHECK(read(s, data)[0] == 2);  // two launches
+  if (f.emulated) CHECK(f.live() == before);  // B released, C held
+  CHECK(f.word() == 2);                       // two launches
 }
 
 TEST_CASE("graph destroyed while a long kernel and a host node are in flight",
