@@ -11,17 +11,23 @@
 
 namespace custream::detail {
 
-/// The top-level nodes of `graph`, in the driver's order. @throws Error naming the graph.
-inline std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
+/// The nodes a driver query `Field` of `of` (a graph or a node of `graph`) lists: the count,
+/// then the handles. @throws Error naming the graph.
+template <auto Field, typename Of>
+std::vector<CUgraphNode> listed_nodes(CUgraph graph, Of of) {
   std::size_t count = 0;
-  call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, static_cast<CUgraphNode*>(nullptr),
-                                    &count);
+  call<Field>(graph_subject(graph), of, static_cast<CUgraphNode*>(nullptr), &count);
   std::vector<CUgraphNode> nodes(count);
   if (count > 0) {
-    call<&DriverApi::cuGraphGetNodes>(graph_subject(graph), graph, nodes.data(), &count);
+    call<Field>(graph_subject(graph), of, nodes.data(), &count);
     nodes.resize(count);
   }
   return nodes;
+}
+
+/// The top-level nodes of `graph`, in the driver's order. @throws Error naming the graph.
+inline std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
+  return listed_nodes<&DriverApi::cuGraphGetNodes>(graph, graph);
 }
 
 /// The GraphNodeKind of a driver node type (empty for a type custream's builder does not add:
@@ -63,15 +69,7 @@ inline CUgraphNodeType node_type(CUgraph graph, CUgraphNode node) {
 /// The nodes `node` of `graph` depends on (cuGraphNodeGetDependencies). @throws Error naming
 /// the graph.
 inline std::vector<CUgraphNode> node_dependencies(CUgraph graph, CUgraphNode node) {
-  std::size_t count = 0;
-  call<&DriverApi::cuGraphNodeGetDependencies>(graph_subject(graph), node,
-                                               static_cast<CUgraphNode*>(nullptr), &count);
-  std::vector<CUgraphNode> deps(count);
-  if (count > 0) {
-    call<&DriverApi::cuGraphNodeGetDependencies>(graph_subject(graph), node, deps.data(), &count);
-    deps.resize(count);
-  }
-  return deps;
+  return listed_nodes<&DriverApi::cuGraphNodeGetDependencies>(graph, node);
 }
 
 }  // namespace custream::detail
