@@ -1,7 +1,6 @@
 // custream::GraphBuilder: making the graph, the checks every add_… makes before the driver is
 // called, the one driver call that adds a node, and instantiation. Contract: include/custream/
 // graph_builder.hpp; design: docs/design/graphs.md, "Builders" (invariants B1, B5, B7).
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,6 +170,20 @@ inline CUgraphNode add_to_driver(CUgraph graph, const CUgraphNode* deps, std::si
   return node;
 }
 
+// add_to_driver with the builder's context current where the node needs it (invariant B10):
+// without a current context, driver 580 crashes adding a kernel node (to a root graph or a
+// body), whatever the node's ctx says; root memset, empty and device-to-device memcpy nodes
+// are added as they are (measured: test/conformance/no_current_context.cpp).
+inline CUgraphNode add_in_context(const detail::BuilderOwner& owner, CUgraph graph,
+                                  const CUgraphNode* deps, std::size_t count,
+                                  CUgraphNodeParams& params, GraphNodeKind kind, const char* call) {
+  if (adds_without_current(params, graph == owner.root())) {
+    return add_to_driver(graph, deps, count, params, kind, call);
+  }
+  const detail::MakeCurrent current(owner.context.handle());
+  return add_to_driver(graph, deps, count, params, kind, call);
+}
+
 // add_checked_node with more than eight dependencies (their array on the heap).
 [[gnu::cold, gnu::noinline]] CUgraphNode add_many(const detail::BuilderOwner& owner, CUgraph graph,
                                                   GraphDependencies after,
@@ -179,9 +192,7 @@ inline CUgraphNode add_to_driver(CUgraph graph, const CUgraphNode* deps, std::si
   std::vector<CUgraphNode> deps;
   deps.reserve(after.size());
   for (const GraphNode& node : after) deps.push_back(node.handle());
-  std::optional<detail::MakeCurrent> current;
-  if (!adds_without_current(params, graph == owner.root())) current.emplace(owner.context.handle());
-  return add_to_driver(graph, deps.data(), deps.size(), params, kind, call);
+  return add_in_context(owner, graph, deps.data(), deps.size(), params, kind, call);
 }
 
 }  // namespace
@@ -196,15 +207,7 @@ GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodePar
   CUgraphNode deps[8];
   std::size_t i = 0;
   for (const GraphNode& node : after) deps[i++] = node.handle();
-  // The builder's context current (invariant B10): without a current context, driver 580
-  // crashes adding a kernel node (to a root graph or a body), whatever the node's ctx says.
-  // Root memset, empty and device-to-device memcpy nodes are added as they are (measured:
-  // test/conformance/no_current_context.cpp).
-  if (adds_without_current(params, graph_ == owner.root())) {
-    return GraphNode(add_to_driver(graph_, deps, i, params, kind, call), graph_, kind);
-  }
-  const detail::MakeCurrent current(owner.context.handle());
-  return GraphNode(add_to_driver(graph_, deps, i, params, kind, call), graph_, kind);
+  return GraphNode(add_in_context(owner, graph_, deps, i, params, kind, call), graph_, kind);
 }
 
 Graph GraphBuilder::instantiate(InstantiateFlags flags, StreamRef upload_stream) const {
