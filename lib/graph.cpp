@@ -246,25 +246,30 @@ void swap_code(detail::GraphOwner& o, detail::GraphCode& next,
   o.updates.retire_pending.store(true, std::memory_order_relaxed);
 }
 
-// update() from a Graph `n` whose graph launches other code than `o` runs, or made by a
-// builder: the executable runs `n`'s graph from now on, so `o` runs exactly its code, and
-// retires what it ran (U9; a builder source as U7).
-[[gnu::cold, gnu::noinline]] void update_with_code(detail::GraphOwner& o,
-                                                   const detail::GraphOwner& n, CUgraph newer) {
-  detail::GraphCode next;
+// Updates `o`'s executable from `newer`, a builder's graph when `builder` (U7), whose kernels
+// may launch `next` (moved out): `o` runs exactly that code from now on, and retires what it
+// ran when it differs (U9).
+void update_running(detail::GraphOwner& o, CUgraph newer, detail::GraphCode& next,
+                    const detail::Shared<detail::BuilderOwner>& builder) {
   std::unique_ptr<RetiredCode> retired;
-  if (!o.running.same_as(n.code)) {
-    next.hold(n.code);  // the code of n's own graph, the one the update reads
-    retired = prepare_code_swap(o);
-  }
-  if (n.builder) {
-    update_from_builder(o, n.builder, newer);
+  if (!o.running.same_as(next)) retired = prepare_code_swap(o);
+  if (builder) {
+    update_from_builder(o, builder, newer);
   } else if (o.updates.active) {
     update_exec_with_nodes(o, newer);
   } else {
     update_exec(o.graph, o.exec, newer);
   }
   if (retired) swap_code(o, next, std::move(retired));
+}
+
+// update() from a Graph `n` whose graph launches other code than `o` runs, or made by a
+// builder: `o` runs `n`'s own graph's code (what the update reads), not what `n` runs since.
+[[gnu::cold, gnu::noinline]] void update_with_code(detail::GraphOwner& o,
+                                                   const detail::GraphOwner& n, CUgraph newer) {
+  detail::GraphCode next;
+  next.hold(n.code);
+  update_running(o, newer, next, n.builder);
 }
 
 }  // namespace
@@ -425,17 +430,9 @@ void Graph::update_from_capture(StreamRef stream) {
     ~Captured() { detail::release_call<&DriverApi::cuGraphDestroy>("graph", graph, graph); }
   } captured{ended.graph};
   detail::own_run_once_nodes(captured.graph, true);  // invariant 6
-  detail::GraphOwner& o = *owner_.get();
   detail::GraphCode next;  // what the captured graph may launch (libraries.md 5, modules.md 7)
   next.hold_since(ended.code_since);
-  std::unique_ptr<RetiredCode> retired;
-  if (!o.running.same_as(next)) retired = prepare_code_swap(o);
-  if (o.updates.active) {
-    update_exec_with_nodes(o, captured.graph);
-  } else {
-    update_exec(graph_, exec_, captured.graph);
-  }
-  if (retired) swap_code(o, next, std::move(retired));  // U9
+  update_running(*owner_.get(), captured.graph, next, {});
 }
 
 std::string detail::graph_dot(CUgraph graph, bool verbose, const char* who) {
