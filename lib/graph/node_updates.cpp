@@ -1,10 +1,8 @@
 // Per-node updates of a custream::Graph's executable, and the keeper that owns the payloads they
 // give and replace. Design: docs/design/graphs.md, "Per-node updates" (invariants U1-U6).
-#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <functional>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +39,15 @@ void CUDA_CB free_kept(void* p) {
   release_later([p] { delete static_cast<Kept*>(p); });
 }
 
+// What a launch's host function frees: the keeper's retired payloads and the retired code.
+struct RetiredBatch {
+  std::vector<PayloadPtr> kept;
+  std::vector<PayloadPtr> code;
+};
+
 // A batch of retired payloads, freed after the launch it follows (by the host function).
 void CUDA_CB free_retired(void* p) {
-  release_later([p] { delete static_cast<std::vector<PayloadPtr>*>(p); });
+  release_later([p] { delete static_cast<RetiredBatch*>(p); });
 }
 
 }  // namespace
@@ -102,22 +106,20 @@ void after_whole_update(NodeUpdates& u, CUgraph newer, bool updated) noexcept {
 }
 
 void release_retired_after(NodeUpdates& u, CUstream stream, bool special) noexcept {
-  std::vector<PayloadPtr>* kept = u.kept != nullptr ? &u.kept->retired : nullptr;
-  const std::size_t from_kept = kept != nullptr ? kept->size() : 0;
-  if (from_kept == 0 && u.retired_code.empty()) {
+  std::vector<PayloadPtr> none;
+  std::vector<PayloadPtr>& kept = u.kept != nullptr ? u.kept->retired : none;
+  if (kept.empty() && u.retired_code.empty()) {
     u.retire_pending.store(false, std::memory_order_relaxed);
     return;
   }
-  std::vector<PayloadPtr>* batch = nullptr;
+  RetiredBatch* batch = nullptr;
   try {
-    batch = new std::vector<PayloadPtr>;
-    batch->reserve(from_kept + u.retired_code.size());
+    batch = new RetiredBatch;
   } catch (...) {
-    delete batch;
     return;  // no memory: the next launch, the keeper or the GraphOwner releases them
   }
-  if (kept != nullptr) std::move(kept->begin(), kept->end(), std::back_inserter(*batch));
-  std::move(u.retired_code.begin(), u.retired_code.end(), std::back_inserter(*batch));
+  batch->kept.swap(kept);
+  batch->code.swap(u.retired_code);
   // Launches of one executable run in order: once this one is done, every earlier one is (U3).
   // With launch()'s special-handle retry (the same context, so the same stream).
   CUresult r = CUDA_ERROR_INVALID_CONTEXT;
@@ -128,15 +130,11 @@ void release_retired_after(NodeUpdates& u, CUstream stream, bool special) noexce
   } catch (...) {  // no context could be made current: they stay retired
   }
   if (r != CUDA_SUCCESS) {  // they stay retired where they were (the next launch, or U2/U9)
-    if (kept != nullptr) {
-      std::move(batch->begin(), batch->begin() + from_kept, kept->begin());
-    }
-    std::move(batch->begin() + from_kept, batch->end(), u.retired_code.begin());
+    kept.swap(batch->kept);
+    u.retired_code.swap(batch->code);
     delete batch;
     return;
   }
-  if (kept != nullptr) kept->clear();
-  u.retired_code.clear();
   u.retire_pending.store(false, std::memory_order_relaxed);
 }
 
