@@ -106,6 +106,14 @@ inline const custream::detail::DriverApi& raw() { return custream::detail::api()
 
 }  // namespace custream_test
 
+// Skips unless the driver adds nodes through cuGraphAddNode (CUDA 12.3).
+#define REQUIRE_ADD_NODE()                                           \
+  do {                                                               \
+    REQUIRE_DRIVER();                                                \
+    if (custream::detail::api().cuGraphAddNode == nullptr)           \
+      CUSTREAM_SKIP("the driver has no cuGraphAddNode (CUDA 12.3)"); \
+  } while (false)
+
 /// Skips unless the driver is custream's emulator (fault injection).
 #define REQUIRE_EMULATOR()                                                                   \
   do {                                                                                       \
