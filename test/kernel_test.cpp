@@ -443,11 +443,22 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   // The first graph's module (g's own graph keeps it) and the last step's, not kSteps + 1.
   if (f.emulated) CHECK(f.live() == start + 1);
   CHECK(f.word() == kSteps + 1);
+}
 
-  // Never earlier: with the stream parked behind a host function, a launch of the old module,
-  // an update to a new one and a launch of that are enqueued; the old module goes only after
-  // both launches ran (the emulator checks it while parked). The gate opens once that check is
-  // done, or after 2 s: a real driver's cuGraphExecUpdate may wait for the parked launch.
+// Never earlier: with the stream parked behind a host function, a launch of the old module, an
+// update to a new one and a launch of that are enqueued; the old module goes only after both
+// launches ran (the emulator checks it while parked). The gate opens once that check is done,
+// or after 2 s: a real driver's cuGraphExecUpdate may wait for the parked launch.
+TEST_CASE("an update never releases code a launch enqueued before it still runs",
+          "[kernel][graph][update][lifetime][gpu]") {
+  REQUIRE_DRIVER();
+  FreshModules f;
+  const Stream& s = f.s;
+  Graph g;
+  f.capture([&] { g = s.end_capture(); });
+  f.capture([&] { g.update_from_capture(s); });  // g's own module, and B runs
+  g.launch(s);
+  const long start = f.live();
   Kernel next = Module::from_ptx(kPtx).kernel("add_one");  // loaded before the stream parks
   std::atomic<bool> open{false}, checked{false};
   std::thread opener([&] {
@@ -470,19 +481,19 @@ TEST_CASE("updates release the modules a graph no longer launches, after its ear
   s.launch_host_func([&open] {
     while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
-  g.launch(s);
+  g.launch(s);  // runs B
   s.begin_capture();
   next.launch(s, {1}, {1}, 0, f.data.get(), 1u);
-  g.update_from_capture(s);
-  next = Kernel();  // the Graph holds its module now
+  g.update_from_capture(s);  // B retired
+  next = Kernel();           // the Graph holds its module now
   g.launch(s);
   if (f.emulated) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(custream_test::emu_live_objects() == start + 2);  // the replaced one still loaded
+    CHECK(custream_test::emu_live_objects() == start + 1);  // B still loaded, and next's
   }
   checked = true;
-  if (f.emulated) CHECK(f.live() == start + 1);
-  CHECK(f.word() == kSteps + 3);
+  if (f.emulated) CHECK(f.live() == start);  // B released after both launches
+  CHECK(f.word() == 3);
 }
 
 // What an update does not replace: the graph a Graph was made from (graph(), and the kernels
