@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -305,43 +306,85 @@ NodeUpdateState& node_update_state() {
   return *st;
 }
 
+// The raw side of the kernel-update rows: one cuGraphExecKernelNodeSetParams an update, with
+// the parameters custream passes; `ask` adds the cuCtxGetCurrent that a caller not sure of its
+// thread's current context makes (the driver crashes in the call without one).
+Body raw_kernel_updates(NodeUpdateState& st, bool ask) {
+  const auto& api = custream::testing::driver();
+  CUDA_KERNEL_NODE_PARAMS base{};
+  check(api.cuGraphKernelNodeGetParams(st.one_node.handle(), &base), "cuGraphKernelNodeGetParams");
+  return [&api, exec = st.one.exec(), node = st.one_node.handle(), base, out = st.out.get(),
+          ask](int n) {
+    for (int i = 0; i < n; ++i) {
+      unsigned value = static_cast<unsigned>(i);
+      void* params[2] = {const_cast<CUdeviceptr*>(&out), &value};
+      CUDA_KERNEL_NODE_PARAMS p = base;
+      p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+      p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+      p.sharedMemBytes = 0;
+      p.kernelParams = params;
+      p.extra = nullptr;
+      if (ask) {
+        CUcontext current = nullptr;
+        if (api.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr) std::abort();
+      }
+      api.cuGraphExecKernelNodeSetParams(exec, node, &p);
+    }
+  };
+}
+
+void custream_kernel_updates(int n) {
+  NodeUpdateState& st = node_update_state();
+  const custream::LaunchConfig config{{1}, {1}};
+  for (int i = 0; i < n; ++i) {
+    st.one.update_kernel(st.one_node, config, st.out.get(), static_cast<unsigned>(i));
+  }
+}
+
 void add_node_update_cases(std::vector<Case>& cases) {
   // One kernel node's arguments: the same CUDA_KERNEL_NODE_PARAMS the raw side fills each time;
-  // custream adds its checks (the node's kernel's parameter sizes, one cached pointer).
-  Case kernel_update{"graph per-node kernel update",  {}, {}, {}, 256, 21, {},
+  // custream adds its checks (the node's kernel's parameter sizes, one cached pointer). Inside a
+  // ContextScope of the node's context custream trusts that context to be current (the raw
+  // side's assumption); the next row is the same without the scope.
+  Case kernel_update{"graph per-node kernel update (in a ContextScope)",
+                     {},
+                     {},
+                     {},
+                     256,
+                     21,
+                     {},
                      "cuGraphExecKernelNodeSetParams"};
   kernel_update.needs_kernels = true;
   kernel_update.prepare = [](Case& c) {
     c.skip = load_kernel();
     if (!c.skip.empty()) return;
     NodeUpdateState& st = node_update_state();
-    const auto& api = custream::testing::driver();
-    CUDA_KERNEL_NODE_PARAMS base{};
-    check(api.cuGraphKernelNodeGetParams(st.one_node.handle(), &base),
-          "cuGraphKernelNodeGetParams");
-    c.raw = [&api, exec = st.one.exec(), node = st.one_node.handle(), base,
-             out = st.out.get()](int n) {
-      for (int i = 0; i < n; ++i) {
-        unsigned value = static_cast<unsigned>(i);
-        void* params[2] = {const_cast<CUdeviceptr*>(&out), &value};
-        CUDA_KERNEL_NODE_PARAMS p = base;
-        p.gridDimX = p.gridDimY = p.gridDimZ = 1;
-        p.blockDimX = p.blockDimY = p.blockDimZ = 1;
-        p.sharedMemBytes = 0;
-        p.kernelParams = params;
-        p.extra = nullptr;
-        api.cuGraphExecKernelNodeSetParams(exec, node, &p);
-      }
-    };
-    c.ours = [](int n) {
-      NodeUpdateState& st = node_update_state();
-      const custream::LaunchConfig config{{1}, {1}};
-      for (int i = 0; i < n; ++i) {
-        st.one.update_kernel(st.one_node, config, st.out.get(), static_cast<unsigned>(i));
-      }
+    c.raw = raw_kernel_updates(st, false);
+    c.ours = [context = st.big_builder.context()](int n) {  // the builders' context
+      const custream::ContextScope scope(context);          // inside the timed batch
+      custream_kernel_updates(n);
     };
   };
   cases.push_back(std::move(kernel_update));
+
+  // Outside a scope, custream asks the driver which context is current before each update:
+  // against the raw call with the same question.
+  Case unscoped{"graph per-node kernel update (no scope) vs raw + cuCtxGetCurrent",
+                {},
+                {},
+                {},
+                256,
+                21,
+                {},
+                "cuCtxGetCurrent, cuGraphExecKernelNodeSetParams"};
+  unscoped.needs_kernels = true;
+  unscoped.prepare = [](Case& c) {
+    c.skip = load_kernel();
+    if (!c.skip.empty()) return;
+    c.raw = raw_kernel_updates(node_update_state(), true);
+    c.ours = custream_kernel_updates;
+  };
+  cases.push_back(std::move(unscoped));
 
   // A report row: one node of a 1,000-node graph updated (custream) against the whole graph
   // updated from another of the same topology (raw side: custream's update(), one
@@ -531,8 +574,10 @@ void add_graph_cases(std::vector<Case>& cases) {
 namespace {
 
 // 1,000 nodes in a chain, each after the previous, then the graph destroyed: through the raw
-// cuGraphAddNode (the same parameters custream passes) and through GraphBuilder.
-void raw_chain(const CUgraphNodeParams& params, int graphs) {
+// cuGraphAddNode (the same parameters custream passes) and through GraphBuilder. `ask` adds the
+// cuCtxGetCurrent a caller not sure of its thread's current context makes before a kernel node
+// (the driver crashes adding one without).
+void raw_chain(const CUgraphNodeParams& params, int graphs, bool ask = false) {
   const auto& api = custream::testing::driver();
   for (int i = 0; i < graphs; ++i) {
     CUgraph g = nullptr;
@@ -541,6 +586,10 @@ void raw_chain(const CUgraphNodeParams& params, int graphs) {
     for (int k = 0; k < kGraphKernels; ++k) {
       CUgraphNodeParams p = params;  // the driver may write to it
       CUgraphNode node = nullptr;
+      if (ask) {
+        CUcontext current = nullptr;
+        if (api.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr) std::abort();
+      }
       check(api.cuGraphAddNode(&node, g, prev != nullptr ? &prev : nullptr, nullptr,
                                prev != nullptr ? 1 : 0, &p),
             "cuGraphAddNode");
@@ -564,39 +613,48 @@ void builder_chain(int graphs, Add add) {
 
 void add_graph_builder_cases(std::vector<Case>& cases) {
   // The add path: one cuGraphAddNode a node, the argument check once per kernel (as launches).
-  Case kernels{"graph builder: 1,000 kernel nodes",
-               {},
-               {},
-               {Target::Kind::ratio, 0, 1.02},
-               4,
-               21,
-               {},
-               "cuGraphCreate, 1,000 cuGraphAddNode (kernel), cuGraphDestroy"};
-  kernels.needs_kernels = true;
-  kernels.prepare = [](Case& c) {
-    c.skip = load_kernel();
-    if (!c.skip.empty()) return;
-    if (custream::testing::driver().cuGraphAddNode == nullptr) {
-      c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
-      return;
-    }
-    static void* no_args[1] = {nullptr};
-    CUgraphNodeParams p{};
-    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-    p.kernel.func = state().noop.handle();
-    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
-    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
-    p.kernel.kernelParams = no_args;
-    p.kernel.ctx = state().device.primary_context().handle();
-    c.raw = [p](int n) { raw_chain(p, n); };
-    c.ours = [](int n) {
-      const custream::LaunchConfig config{{1}, {1}};
-      builder_chain(n, [&](custream::GraphBuilder& b, const custream::GraphNode& prev) {
-        return b.add_kernel(prev, state().noop, config);
-      });
+  // Inside a ContextScope of the builder's context custream trusts that context to be current
+  // (the raw side's assumption); the next row is the same without the scope.
+  for (const bool scoped : {true, false}) {
+    Case kernels{scoped ? "graph builder: 1,000 kernel nodes (in a ContextScope)"
+                        : "graph builder: 1,000 kernel nodes (no scope) vs raw + cuCtxGetCurrent",
+                 {},
+                 {},
+                 {Target::Kind::ratio, 0, 1.02},
+                 4,
+                 21,
+                 {},
+                 scoped ? "cuGraphCreate, 1,000 cuGraphAddNode (kernel), cuGraphDestroy"
+                        : "cuGraphCreate, 1,000 cuCtxGetCurrent + cuGraphAddNode (kernel), "
+                          "cuGraphDestroy"};
+    kernels.needs_kernels = true;
+    kernels.prepare = [scoped](Case& c) {
+      c.skip = load_kernel();
+      if (!c.skip.empty()) return;
+      if (custream::testing::driver().cuGraphAddNode == nullptr) {
+        c.skip = "the driver has no cuGraphAddNode (CUDA 12.3)";
+        return;
+      }
+      static void* no_args[1] = {nullptr};
+      CUgraphNodeParams p{};
+      p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+      p.kernel.func = state().noop.handle();
+      p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+      p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+      p.kernel.kernelParams = no_args;
+      p.kernel.ctx = state().device.primary_context().handle();
+      c.raw = [p, scoped](int n) { raw_chain(p, n, !scoped); };
+      c.ours = [scoped](int n) {
+        const custream::LaunchConfig config{{1}, {1}};
+        std::optional<custream::ContextScope> scope;
+        if (scoped) scope.emplace(state().device.primary_context());  // inside the timed batch
+        builder_chain(n, [&](custream::GraphBuilder& b, const custream::GraphNode& prev) {
+          return b.add_kernel(prev, state().noop, config);
+        });
+      };
     };
-  };
-  cases.push_back(std::move(kernels));
+    cases.push_back(std::move(kernels));
+  }
 
   // The same with memset nodes: runs on the CPU emulator too.
   Case memsets{"graph builder: 1,000 memset nodes",

@@ -59,6 +59,24 @@ int device_of_context(CUcontext context) {
   return ordinal_of(l, device);
 }
 
+// The innermost open ContextScope's context (contexts.md, invariant 9), and how many are open.
+thread_local CUcontext t_scoped_context __attribute__((tls_model("initial-exec"))) = nullptr;
+namespace {
+thread_local int t_scope_depth __attribute__((tls_model("initial-exec"))) = 0;
+}  // namespace
+
+void scoped_context_enter(CUcontext context) noexcept {
+  ++t_scope_depth;
+  t_scoped_context = context;
+}
+
+void scoped_context_leave(CUcontext restored, bool ok) noexcept {
+  // A scope ended on another thread than it began on leaves nothing to trust here.
+  t_scope_depth = t_scope_depth > 0 ? t_scope_depth - 1 : 0;
+  // Scopes nest: an enclosing scope's context is what this one found and restored.
+  t_scoped_context = t_scope_depth > 0 && ok ? restored : nullptr;
+}
+
 int current_device_ordinal(const Loaded& l) {
   CUcontext context = nullptr;
   call<&DriverApi::cuCtxGetCurrent>({}, &context);
@@ -78,28 +96,34 @@ ContextScope::ContextScope(const Context& context)
     : kept_(detail::nonempty(context, "custream::ContextScope")) {
   using detail::DriverApi;
   detail::call<&DriverApi::cuCtxGetCurrent>({}, &previous_);
-  if (previous_ == context.handle()) return;
-  detail::call<&DriverApi::cuCtxSetCurrent>(
-      {detail::Subject::What::context, context.handle(), context.device_id()}, context.handle());
-  switched_ = true;
+  if (previous_ != context.handle()) {
+    detail::call<&DriverApi::cuCtxSetCurrent>(
+        {detail::Subject::What::context, context.handle(), context.device_id()}, context.handle());
+    switched_ = true;
+  }
+  detail::scoped_context_enter(context.handle());
 }
 
 ContextScope::ContextScope(CUcontext context) {
   using detail::DriverApi;
   detail::call<&DriverApi::cuCtxGetCurrent>({}, &previous_);
-  if (previous_ == context) return;
-  detail::call<&DriverApi::cuCtxSetCurrent>(detail::context_subject(context), context);
-  switched_ = true;
+  if (previous_ != context) {
+    detail::call<&DriverApi::cuCtxSetCurrent>(detail::context_subject(context), context);
+    switched_ = true;
+  }
+  detail::scoped_context_enter(context);
 }
 
 ContextScope::~ContextScope() {
   // The driver is loaded (the constructor succeeded) and never unloaded. A failure leaves the
   // wrong context current: the release-error handler hears of it (except
   // CUDA_ERROR_DEINITIALIZED during teardown, when there is nothing left to restore).
+  bool restored = true;
   if (switched_) {
-    detail::release_call<&detail::DriverApi::cuCtxSetCurrent>("context (restoring it)", previous_,
-                                                              previous_);
+    restored = detail::release_call<&detail::DriverApi::cuCtxSetCurrent>(
+                   "context (restoring it)", previous_, previous_) == CUDA_SUCCESS;
   }
+  detail::scoped_context_leave(previous_, restored);
 }
 
 }  // namespace custream
@@ -231,6 +255,7 @@ bool keep(KeptGreen k) noexcept {
 }  // namespace
 
 ContextOwner::~ContextOwner() {
+  scoped_context_forget();  // destroying a current context changes what is current
   if (named.load(std::memory_order_relaxed)) {  // streams.md, invariant 5
     forget_name(Named::context, green != nullptr ? converted : created);
   }
@@ -594,6 +619,7 @@ void Context::make_current() const {
   }
   detail::call<&DriverApi::cuCtxSetCurrent>(detail::subject_of(handle_, device_),
                                             static_cast<CUcontext>(handle_));
+  detail::scoped_context_forget();  // an open ContextScope's context is no longer current
 }
 
 std::string Context::to_string() const {

@@ -15,13 +15,31 @@
 
 namespace custream::detail {
 
+/// The context of the innermost ContextScope open on this thread, current there (null: none
+/// open, or a custream call since changed the current context). ContextScope's contract says
+/// raw driver calls inside a scope leave its context current: MakeCurrent trusts it
+/// (contexts.md, invariant 9). Set only by scoped_context_* below.
+extern thread_local CUcontext t_scoped_context __attribute__((tls_model("initial-exec")));
+
+/// A ContextScope made (or found) `context` current: the innermost open scope's is `context`.
+void scoped_context_enter(CUcontext context) noexcept;
+/// A ContextScope ended, having restored `restored` (`ok`: the restore succeeded, or none was
+/// needed): an enclosing scope's context is current again, or no scope is open.
+void scoped_context_leave(CUcontext restored, bool ok) noexcept;
+/// custream changed the current context outside ContextScope (a make_current, a StreamScope's
+/// push): the innermost scope's context may no longer be current, so nothing is trusted until
+/// that scope ends.
+inline void scoped_context_forget() noexcept { t_scoped_context = nullptr; }
+
 /// `context` current on this thread for the scope (the previous one restored after): for the
 /// driver calls that read the current context whatever their parameters name (graphs.md B10,
-/// U5). When it is current already, one raw cuCtxGetCurrent and no switch (ContextScope does
-/// the switch otherwise). @throws Error when asking or switching fails.
+/// U5). Inside a ContextScope of `context`, nothing (one thread-local comparison); otherwise,
+/// when it is current already, one raw cuCtxGetCurrent and no switch (ContextScope does the
+/// switch otherwise). @throws Error when asking or switching fails.
 class MakeCurrent {
  public:
   explicit MakeCurrent(CUcontext context) {
+    if (context == t_scoped_context && context != nullptr) return;  // an open ContextScope's
     CUcontext current = nullptr;
     const CUresult r = api().cuCtxGetCurrent(&current);  // raw: hot path
     if (r == CUDA_SUCCESS && current == context) return;

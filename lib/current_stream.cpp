@@ -55,6 +55,7 @@ Stream current_stream_slow(int device_id) {
 
 void push_context(CUcontext context, int device) {
   call<&DriverApi::cuCtxPushCurrent>({Subject::What::context, context, device}, context);
+  scoped_context_forget();  // an open ContextScope's context is no longer current
 }
 
 void pop_context(CUcontext pushed) noexcept {

@@ -48,6 +48,7 @@ bool Device::primary_context_active() const {
 void Device::make_current() const {
   detail::call<&DriverApi::cuCtxSetCurrent>(detail::device_subject(ordinal_),
                                             primary_context().handle());
+  detail::scoped_context_forget();  // an open ContextScope's context is no longer current
 }
 
 }  // namespace custream

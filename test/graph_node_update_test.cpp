@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "custream/context_scope.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
@@ -24,6 +25,7 @@
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
+#include "custream/stream_scope.hpp"
 #include "emu_control.h"
 #include "error.hpp"
 #include "graph_support.hpp"
@@ -353,6 +355,78 @@ TEST_CASE("update_kernel from a thread with no current context",
   CHECK(va[0] == 1u);
   CHECK(va[1] == 1u);
   CHECK(va[2] == 0u);
+}
+
+TEST_CASE("inside a ContextScope of their context, kernel updates and adds ask for no context",
+          "[graph][graph-node-update][emu-only]") {
+  REQUIRE_DRIVER();
+  if (!custream_test::emulated()) CUSTREAM_SKIP("counts the emulator's calls");
+  AddOneCase c;
+  auto count_calls = custream_test::emu_symbol<void (*)(int)>("custream_emu_count_calls");
+  auto calls = custream_test::emu_symbol<long (*)(const char*)>("custream_emu_call_count");
+  DeviceBuffer a(kBytes);
+  c.s.memset32(a.get(), 0, custream_test::kN);
+  const LaunchConfig config{{1}, {64}};
+  GraphBuilder builder = GraphBuilder::create();
+  const custream::Context context = builder.context();
+  const GraphNode k = builder.add_kernel({}, c.add_one, config, a.get(), 1u);
+  Graph g = builder.instantiate();
+  // The cuCtxGetCurrent and cuCtxSetCurrent calls `body` makes.
+  struct Asked {
+    long get = 0, set = 0;
+  };
+  auto asked = [&](auto body) {
+    count_calls(1);
+    body();
+    const Asked n{calls("cuCtxGetCurrent"), calls("cuCtxSetCurrent")};
+    count_calls(0);
+    return n;
+  };
+  auto update = [&](unsigned n) { g.update_kernel(k, config, a.get(), n); };
+  update(2);                                  // the node's kernel asked once (cached)
+  CHECK(asked([&] { update(2); }).get >= 1);  // outside a scope: asked every time
+  const custream::Context created = custream::Context::create(custream::Device(0));
+  const Stream created_stream(created, custream::StreamFlags::non_blocking);
+  {
+    custream::ContextScope scope(context);
+    GraphBuilder more(context);
+    Asked n = asked([&] {
+      for (unsigned i = 0; i < 3; ++i) update(i + 1);
+      more.add_kernel({}, c.add_one, config, a.get(), 1u);
+    });
+    CHECK(n.get == 0);
+    CHECK(n.set == 0);
+    {  // an inner scope restores the outer one's context, which is trusted again
+      custream::ContextScope inner(created);
+    }
+    CHECK(asked([&] { update(3); }).get == 0);
+    // custream's own changes of the current context inside a scope: asked (and switched)
+    // again until the scope ends.
+    {
+      custream::ContextScope again(context);
+      created.make_current();
+      n = asked([&] { update(3); });
+      CHECK(n.get >= 1);
+      CHECK(n.set == 2);  // the node's context, then `created` again
+    }
+    {
+      custream::ContextScope again(context);
+      custream::StreamScope pushed(created_stream);  // pushes `created`
+      n = asked([&] { update(3); });
+      CHECK(n.get >= 1);
+      CHECK(n.set == 2);
+    }
+    // Another thread is not inside this scope: it has no context current, which the update
+    // makes current for the call (the emulator refuses the call otherwise, a GPU crashes).
+    const auto other = custream_test::run_on_fresh_thread([&] { update(3); });
+    CHECK(other.error.empty());
+    CHECK(other.after == nullptr);
+  }
+  CHECK(asked([&] { update(1); }).get >= 1);  // the scope ended
+  g.launch(c.s);
+  const auto va = words(c.s, a);
+  CHECK(va[0] == 1u);
+  CHECK(va[1] == 0u);
 }
 
 TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled() says so",

@@ -11,6 +11,15 @@ namespace custream {
 /// Makes `context` current in this thread unless it already is, and on destruction restores
 /// exactly the context that was current before (also none). It sets and restores with
 /// cuCtxSetCurrent and never leaves a pushed context on the stack.
+///
+/// While a scope is open, custream takes its context to be current in the thread: the calls
+/// that need the context current (GraphBuilder::add_kernel, Graph::update_kernel) skip the
+/// cuCtxGetCurrent they otherwise make, so a hot loop of them costs what the raw driver calls
+/// cost. custream's own changes of the current context inside the scope (make_current, a
+/// StreamScope of another context's stream, an inner ContextScope until it ends) are seen.
+/// Raw driver calls inside the scope that leave no context current (cuCtxSetCurrent(nullptr),
+/// cuCtxPopCurrent) must restore the scope's context before custream is called again: the
+/// driver crashes adding or updating a kernel node with no context current.
 class ContextScope {
  public:
   /// Makes `context` current. @throws Error when cuCtxGetCurrent or cuCtxSetCurrent fails.

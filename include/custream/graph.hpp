@@ -156,7 +156,8 @@ class Graph {
   /// (cluster, cooperative, priority, …) are a node's, not an update's: a `config` carrying one
   /// is refused. Repeated updates of one node cost one pointer comparison beyond the checks;
   /// the node's context is made current for the call (one cuCtxGetCurrent when it is already:
-  /// driver 580 crashes there without a current context) and nothing is left current.
+  /// driver 580 crashes there without a current context; none inside a ContextScope of that
+  /// context, which a loop of updates can open) and nothing is left current.
   /// @throws Error (CUDA_ERROR_INVALID_VALUE) naming the node and the argument when they do
   /// not match, or the rule refused; Error naming the node on a driver failure.
   template <typename... Args>

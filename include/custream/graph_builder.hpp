@@ -81,7 +81,10 @@ class GraphBuilder {
   /// launch). The arguments are checked against the kernel's parameters as Kernel::launch
   /// checks them (once per kernel, then a comparison of sizes); the attributes as LaunchConfig
   /// says, except programmatic serialization and programmatic events, which a graph expresses
-  /// as edges: refused. The module stays loaded while the graph lives.
+  /// as edges: refused. The module stays loaded while the graph lives. The builder's context
+  /// is made current for the add (the driver crashes adding a kernel node with none): one
+  /// cuCtxGetCurrent when it is already, none inside a ContextScope of it; nothing is left
+  /// current.
   /// @throws Error naming the kernel and the rule (CUDA_ERROR_INVALID_VALUE for arguments,
   /// CUDA_ERROR_INVALID_CONTEXT for a module loaded in another context than the builder's)
   /// before the driver is called; Error naming cuGraphAddNode on a driver failure.
