@@ -59,8 +59,7 @@ int device_of_context(CUcontext context) {
   return ordinal_of(l, device);
 }
 
-// The innermost open ContextScope's context (contexts.md, invariant 9), and how many are open.
-thread_local CUcontext t_scoped_context __attribute__((tls_model("initial-exec"))) = nullptr;
+// How many ContextScopes are open in this thread (contexts.md, invariant 9).
 namespace {
 thread_local int t_scope_depth __attribute__((tls_model("initial-exec"))) = 0;
 }  // namespace

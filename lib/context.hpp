@@ -19,7 +19,7 @@ namespace custream::detail {
 /// open, or a custream call since changed the current context). ContextScope's contract says
 /// raw driver calls inside a scope leave its context current: MakeCurrent trusts it
 /// (contexts.md, invariant 9). Set only by scoped_context_* below.
-extern thread_local CUcontext t_scoped_context __attribute__((tls_model("initial-exec")));
+inline thread_local CUcontext t_scoped_context __attribute__((tls_model("initial-exec"))) = nullptr;
 
 /// A ContextScope made (or found) `context` current: the innermost open scope's is `context`.
 void scoped_context_enter(CUcontext context) noexcept;
