@@ -295,6 +295,10 @@ TEST_CASE("update_kernel: later launches take the new arguments, an enqueued one
           g.update_kernel(k, LaunchConfig{{1}, {64}}, b.get(), std::uint64_t{1});
         },
         CUDA_ERROR_INVALID_VALUE, "argument 1 has 8 bytes");
+    LaunchConfig too_much_shared{{1}, {64}};  // after updates with these argument types
+    too_much_shared.shared_bytes = std::size_t{1} << 33;
+    expect_error([&] { g.update_kernel(k, too_much_shared, b.get(), 1u); },
+                 CUDA_ERROR_INVALID_VALUE, "bytes of dynamic shared memory exceed");
     LaunchConfig with_priority{{1}, {64}};
     with_priority.priority = 0;
     expect_error([&] { g.update_kernel(k, with_priority, b.get(), 1u); }, CUDA_ERROR_INVALID_VALUE,
@@ -342,6 +346,9 @@ TEST_CASE("update_kernel from a thread with no current context",
   GraphBuilder builder = GraphBuilder::create();
   const GraphNode k = builder.add_kernel({}, c.add_one, LaunchConfig{{1}, {64}}, a.get(), 1u);
   Graph g = builder.instantiate();
+  // Updated here first: the node and its argument types cached, so that the update below takes
+  // the fast path, which must still find no context current there.
+  g.update_kernel(k, LaunchConfig{{1}, {64}}, a.get(), 1u);
   // A new thread has no current context: driver 580 crashed in cuGraphExecKernelNodeSetParams
   // there until update_kernel made the node's context current around it.
   const auto updated = custream_test::run_on_fresh_thread([&] {

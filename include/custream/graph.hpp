@@ -154,7 +154,8 @@ class Graph {
   /// arguments are checked as a typed launch checks them (their count and sizes against the
   /// kernel's parameters, asked of the driver once per node, CUDA 12.4). Launch attributes
   /// (cluster, cooperative, priority, …) are a node's, not an update's: a `config` carrying one
-  /// is refused. Repeated updates of one node cost one pointer comparison beyond the checks;
+  /// is refused. Repeated updates of one node with the same argument types check the sizes
+  /// once (two pointer comparisons after that, and the configuration's checks);
   /// the node's context is made current for the call (one cuCtxGetCurrent when it is already:
   /// driver 580 crashes there without a current context; none inside a ContextScope of that
   /// context, which a loop of updates can open) and nothing is left current.
@@ -264,9 +265,16 @@ class Graph {
   void keep_context(const Context& context);
   [[gnu::cold]] void launch_failed(CUresult result, StreamRef stream) const;
   /// update_kernel() after the template: the cached node, the checks, the node's context
-  /// current (a raw cuCtxGetCurrent when it is), the one update call.
+  /// current (a raw cuCtxGetCurrent when it is, nothing inside a ContextScope of it), the one
+  /// update call; the node updated last with argument types it accepted before skips the
+  /// checks already made.
   void update_kernel_checked(GraphNode node, const LaunchConfig& config, void** params,
                              const std::size_t* sizes, std::size_t count);
+  /// update_kernel_checked() for what its fast path does not take: another node, other argument
+  /// types, a configuration to check, another context current.
+  [[gnu::noinline]] void update_kernel_slow(GraphNode node, const LaunchConfig& config,
+                                            void** params, const std::size_t* sizes,
+                                            std::size_t count);
   /// The kernel node state of `node` when it is not the cached one (checks the node). @throws.
   [[gnu::cold]] detail::KernelNodeInfo& kernel_node(GraphNode node);
   /// update_memset() for `element_size`-byte elements.

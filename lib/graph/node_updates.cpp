@@ -315,12 +315,64 @@ detail::KernelNodeInfo& Graph::kernel_node(GraphNode node) {
   return *(u.last_kernel = u.kernels.back().get());
 }
 
+namespace {
+
+// The driver's parameters of an update of `info`'s node to `config` and `params`.
+CUDA_KERNEL_NODE_PARAMS kernel_update_params(const detail::KernelNodeInfo& info,
+                                             const LaunchConfig& config, void** params) noexcept {
+  CUDA_KERNEL_NODE_PARAMS p;
+  p.func = info.func;
+  p.gridDimX = config.grid.x, p.gridDimY = config.grid.y, p.gridDimZ = config.grid.z;
+  p.blockDimX = config.block.x, p.blockDimY = config.block.y, p.blockDimZ = config.block.z;
+  p.sharedMemBytes = static_cast<unsigned>(config.shared_bytes);
+  p.kernelParams = params;
+  p.extra = nullptr;
+  p.kern = info.kern;
+  p.ctx = info.ctx;
+  return p;
+}
+
+[[noreturn, gnu::cold]] void kernel_update_failed(CUresult r, GraphNode node, CUgraph graph,
+                                                  CUgraphExec exec, const LaunchConfig& config) {
+  detail::update_failed<&DriverApi::cuGraphExecKernelNodeSetParams>(
+      r, node, graph, exec,
+      "grid " + detail::dims_text(config.grid) + ", block " + detail::dims_text(config.block) +
+          ", " + std::to_string(config.shared_bytes) + " bytes of shared memory");
+}
+
+}  // namespace
+
 void Graph::update_kernel_checked(GraphNode node, const LaunchConfig& config, void** params,
                                   const std::size_t* sizes, std::size_t count) {
+  // The fast path (U5): the node updated last, argument types it accepted before, a plain
+  // configuration, and the node's context current: an open ContextScope's, else asked once.
+  const detail::KernelNodeInfo* info =
+      exec_ != nullptr ? owner_.get()->updates.last_kernel : nullptr;
+  if (info != nullptr && info->node == node.handle() && info->accepted == sizes &&
+      info->ctx != nullptr && config.shared_bytes <= detail::kMaxSharedBytes &&
+      !detail::has_attributes(config)) {
+    const auto& api = detail::api();
+    bool current = info->ctx == detail::t_scoped_context;
+    if (!current) {
+      CUcontext now = nullptr;
+      current = api.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == info->ctx;  // raw: hot path
+    }
+    if (current) {
+      const CUDA_KERNEL_NODE_PARAMS p = kernel_update_params(*info, config, params);
+      const CUresult r = api.cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot
+      if (r != CUDA_SUCCESS) kernel_update_failed(r, node, graph_, exec_, config);
+      return;
+    }
+  }
+  update_kernel_slow(node, config, params, sizes, count);
+}
+
+void Graph::update_kernel_slow(GraphNode node, const LaunchConfig& config, void** params,
+                               const std::size_t* sizes, std::size_t count) {
   if (exec_ == nullptr) detail::refuse_empty_graph("custream::Graph::update_kernel");
   detail::KernelNodeInfo* info = owner_.get()->updates.last_kernel;
   if (info == nullptr || info->node != node.handle()) info = &kernel_node(node);  // U5
-  // The checks of a typed launch (modules.md, libraries.md invariant 6), inline when they pass.
+  // The checks of a typed launch (modules.md, libraries.md invariant 6).
   const bool sizes_ok =
       info->params.known.load(std::memory_order_acquire) != detail::ParamSizes::Known::known ||
       detail::arguments_match(info->params, sizes, count);
@@ -328,25 +380,16 @@ void Graph::update_kernel_checked(GraphNode node, const LaunchConfig& config, vo
       detail::has_attributes(config)) {
     detail::refuse_kernel_update(node, graph_, exec_, *info, config, sizes, count);
   }
-  CUDA_KERNEL_NODE_PARAMS p;
-  p.func = info->func;
-  p.gridDimX = config.grid.x, p.gridDimY = config.grid.y, p.gridDimZ = config.grid.z;
-  p.blockDimX = config.block.x, p.blockDimY = config.block.y, p.blockDimZ = config.block.z;
-  p.sharedMemBytes = static_cast<unsigned>(config.shared_bytes);
-  p.kernelParams = params;
-  p.extra = nullptr;
-  p.kern = info->kern;
-  p.ctx = info->ctx;
+  const CUDA_KERNEL_NODE_PARAMS p = kernel_update_params(*info, config, params);
   // The node's context current (U5): without a current context driver 580 crashes in
   // cuGraphExecKernelNodeSetParams, whatever p.ctx says.
   const detail::MakeCurrent current(info->ctx != nullptr ? info->ctx : owner_.get()->context);
   const CUresult r =
       detail::api().cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot path
-  if (r != CUDA_SUCCESS) {
-    detail::update_failed<&DriverApi::cuGraphExecKernelNodeSetParams>(
-        r, node, graph_, exec_,
-        "grid " + detail::dims_text(config.grid) + ", block " + detail::dims_text(config.block) +
-            ", " + std::to_string(config.shared_bytes) + " bytes of shared memory");
+  if (r != CUDA_SUCCESS) kernel_update_failed(r, node, graph_, exec_, config);
+  // Only sizes known to match are remembered: unknown ones are asked again next time.
+  if (info->params.known.load(std::memory_order_acquire) == detail::ParamSizes::Known::known) {
+    info->accepted = sizes;
   }
 }
 

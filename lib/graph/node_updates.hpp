@@ -42,6 +42,9 @@ struct KernelNodeInfo {
   CUkernel kern = nullptr;
   CUcontext ctx = nullptr;
   ParamSizes params;  // its kernel's parameter sizes (the typed launch's check)
+  /// The argument sizes (a typed update's static array, one per argument types) last accepted
+  /// for this node: the same array again needs no check (U5).
+  const std::size_t* accepted = nullptr;
 };
 
 /// A Graph's per-node update state, in its GraphOwner.

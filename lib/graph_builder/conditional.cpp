@@ -17,6 +17,7 @@
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
 #include "node_params.hpp"
+#include "add.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 

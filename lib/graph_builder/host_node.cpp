@@ -10,6 +10,7 @@
 #include "host_function.hpp"
 #include "conditional.hpp"
 #include "node_params.hpp"
+#include "add.hpp"
 #include "owner.hpp"
 
 namespace custream {

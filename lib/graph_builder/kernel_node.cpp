@@ -16,6 +16,7 @@
 #include "library.hpp"
 #include "module.hpp"
 #include "node_params.hpp"
+#include "add.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -88,9 +89,10 @@ void set_attributes(CUgraphNode node, CUgraph graph, CUcontext context,
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
+  // First: a refused dependency leaves the builder unchanged (add.hpp, inline).
+  detail::check_dependencies(graph_, owner_.get(), after, kCall);
   detail::BuilderOwner& owner = *owner_.get();
-  const CUcontext loaded_in = kernel.module_.context();
+  const CUcontext loaded_in = kernel.module_.owner_ ? kernel.module_.owner_.get()->context : nullptr;
   if (graph_ != owner.root()) {  // a root is no body: no call on the root's adds
     detail::check_body_context(owner, graph_, loaded_in, kCall);  // conditional.hpp
   }
@@ -132,7 +134,8 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
 GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const LibraryKernel& kernel,
                                         const LaunchConfig& config, void** params,
                                         const std::size_t* sizes, std::size_t count) {
-  check_add(after, kCall);  // first: a refused dependency leaves the builder unchanged
+  // First: a refused dependency leaves the builder unchanged (add.hpp, inline).
+  detail::check_dependencies(graph_, owner_.get(), after, kCall);
   detail::BuilderOwner& owner = *owner_.get();
   if (kernel.state_ == nullptr) {
     detail::refuse_builder(CUDA_ERROR_INVALID_HANDLE, kCall, graph_,

@@ -15,6 +15,7 @@
 #include "driver.hpp"
 #include "error.hpp"
 #include "node_params.hpp"
+#include "add.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
