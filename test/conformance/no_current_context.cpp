@@ -1,6 +1,7 @@
-// Driver calls on kernel nodes made with no context current on the calling thread. Driver 580
-// (an H100) crashes with SIGSEGV in the kernel-node adds and exec updates whatever context the
-// node's parameters name (and answers launches and whole updates), so each probe runs in a
+// Driver calls on kernel nodes made with no context, or another one, current on the calling
+// thread. Driver 580 (an H100) crashes with SIGSEGV in the kernel-node adds and exec updates
+// with none current, whatever context the node's parameters name (and answers launches and
+// whole updates; with another context current, adds and updates succeed), so each probe runs in a
 // child process that loads the driver itself (this process never
 // does) and sends back the call's result; the parent reports a crash as a crash. Its own
 // program (driver-context-probes), tags as the rest of the suite (test/conformance/README.md).
@@ -290,6 +291,54 @@ CUresult set_enabled(bool own) {
   if (e == nullptr) return kSetupFailed;
   f.make_current(own);
   return api().cuGraphNodeSetEnabled(e, n, 0);
+}
+
+// A kernel node added to a root graph, and an executable's kernel node updated, with another
+// context of the device current (a created one): the node's context comes from its parameters
+// (measured on an H100, driver 580: both succeed, and the node then runs with the new
+// arguments). custream still makes the node's context current for these calls.
+CUresult with_other_current(bool update) {
+  Fixture f;
+  CUgraphNode n = nullptr;
+  CUgraph g = nullptr;
+  CUgraphExec e = update ? f.kernel_exec(&n) : nullptr;
+  if (!f.ok || (update && e == nullptr) || (!update && api().cuGraphCreate(&g, 0) != CUDA_SUCCESS))
+    return kSetupFailed;
+  CUcontext other = nullptr;
+  if (api().cuCtxCreate(&other, 0, 0) != CUDA_SUCCESS) return kSetupFailed;  // now current
+  CUresult r = CUDA_SUCCESS;
+  if (update) {
+    CUgraphNodeParams k = f.kernel();
+    CUDA_KERNEL_NODE_PARAMS p{};
+    p.func = k.kernel.func;
+    p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = f.args;
+    p.ctx = f.ctx;
+    r = api().cuGraphExecKernelNodeSetParams(e, n, &p);
+  } else {
+    CUgraphNodeParams k = f.kernel();
+    r = api().cuGraphAddNode(&n, g, nullptr, nullptr, 0, &k);
+  }
+  f.make_current(true);
+  if (r != CUDA_SUCCESS) return r;
+  if (!update) e = f.instantiate(g);
+  if (e == nullptr || api().cuGraphLaunch(e, f.stream) != CUDA_SUCCESS ||
+      api().cuStreamSynchronize(f.stream) != CUDA_SUCCESS)
+    return kSetupFailed;
+  return CUDA_SUCCESS;
+}
+
+TEST_CASE("kernel-node adds and updates work with another context current", "[conformance]") {
+  for (const bool update : {false, true}) {
+    const char* what = update ? "cuGraphExecKernelNodeSetParams" : "cuGraphAddNode (kernel)";
+    INFO(what);
+    const Outcome o = in_child([update] { return with_other_current(update); });
+    WARN(what << ": another context current -> " << o.text());
+    if (o.skipped) CUSTREAM_SKIP("no usable driver");
+    CHECK_FALSE(o.crashed);
+    CHECK(o.result == CUDA_SUCCESS);
+  }
 }
 
 TEST_CASE("kernel-graph launch and updates work with no current context", "[conformance]") {
