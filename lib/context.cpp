@@ -69,11 +69,16 @@ void scoped_context_enter(CUcontext context) noexcept {
   t_scoped_context = context;
 }
 
-void scoped_context_leave(CUcontext restored, bool ok) noexcept {
+void scoped_context_leave(bool switched, CUcontext restored, bool ok) noexcept {
   // A scope ended on another thread than it began on leaves nothing to trust here.
   t_scope_depth = t_scope_depth > 0 ? t_scope_depth - 1 : 0;
-  // Scopes nest: an enclosing scope's context is what this one found and restored.
-  t_scoped_context = t_scope_depth > 0 && ok ? restored : nullptr;
+  if (t_scope_depth == 0) {
+    t_scoped_context = nullptr;  // outside every scope, raw calls may change what is current
+  } else if (switched) {
+    t_scoped_context = ok ? restored : nullptr;  // what it restored is current (or unknown)
+  }
+  // Otherwise the scope changed nothing: what custream made current inside it cleared the
+  // value (scoped_context_forget), and what another scope restored there is still current.
 }
 
 int current_device_ordinal(const Loaded& l) {
@@ -122,7 +127,7 @@ ContextScope::~ContextScope() {
     restored = detail::release_call<&detail::DriverApi::cuCtxSetCurrent>(
                    "context (restoring it)", previous_, previous_) == CUDA_SUCCESS;
   }
-  detail::scoped_context_leave(previous_, restored);
+  detail::scoped_context_leave(switched_, previous_, restored);
 }
 
 }  // namespace custream

@@ -23,12 +23,12 @@ inline thread_local CUcontext t_scoped_context __attribute__((tls_model("initial
 
 /// A ContextScope made (or found) `context` current: the innermost open scope's is `context`.
 void scoped_context_enter(CUcontext context) noexcept;
-/// A ContextScope ended, having restored `restored` (`ok`: the restore succeeded, or none was
-/// needed): an enclosing scope's context is current again, or no scope is open.
-void scoped_context_leave(CUcontext restored, bool ok) noexcept;
+/// A ContextScope ended: when it `switched`, it restored `restored` (`ok`: successfully), which
+/// is current now; otherwise it changed nothing. Outside every scope nothing is trusted.
+void scoped_context_leave(bool switched, CUcontext restored, bool ok) noexcept;
 /// custream changed the current context outside ContextScope (a make_current, a StreamScope's
-/// push): the innermost scope's context may no longer be current, so nothing is trusted until
-/// that scope ends.
+/// push or pop, destroying a current context): nothing is trusted until a scope makes or
+/// restores a context again.
 inline void scoped_context_forget() noexcept { t_scoped_context = nullptr; }
 
 /// `context` current on this thread for the scope (the previous one restored after): for the

@@ -61,6 +61,7 @@ void push_context(CUcontext context, int device) {
 void pop_context(CUcontext pushed) noexcept {
   CUcontext popped = nullptr;
   release_call<&DriverApi::cuCtxPopCurrent>("context (a stream scope's)", pushed, &popped);
+  scoped_context_forget();  // what a scope inside restored is no longer current
 }
 
 }  // namespace detail

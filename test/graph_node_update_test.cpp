@@ -423,11 +423,40 @@ TEST_CASE("inside a ContextScope of their context, kernel updates and adds ask f
       CHECK(n.get >= 1);
       CHECK(n.set == 2);
     }
+    // A scope inside that made nothing current, and a context made current and destroyed in
+    // it: no context is current after, which the update must find out (a GPU crashes when it
+    // trusts the scope's context instead).
+    {
+      custream::ContextScope same(context);
+      const custream::Context doomed = custream::Context::create(custream::Device(0));
+      doomed.make_current();
+    }  // `doomed` destroyed while current: popped, nothing current
+    CHECK(asked([&] { update(3); }).get >= 1);
+    CHECK(asked([&] { update(3); }).get >= 1);  // still nothing trusted in this scope
     // Another thread is not inside this scope: it has no context current, which the update
     // makes current for the call (the emulator refuses the call otherwise, a GPU crashes).
     const auto other = custream_test::run_on_fresh_thread([&] { update(3); });
     CHECK(other.error.empty());
     CHECK(other.after == nullptr);
+  }
+  {
+    // A StreamScope's pop after an update inside it made its node's context current and
+    // restored the pushed one: the pushed context is no longer current once popped. A node of
+    // that context updated next must not trust it (no context is current here).
+    custream::ContextScope none(static_cast<CUcontext>(nullptr));
+    const custream::Module in_created = custream::Module::from_ptx(kAddOnePtx, created);
+    GraphBuilder created_builder(created);
+    const GraphNode kc = created_builder.add_kernel({}, in_created.kernel("add_one"), config,
+                                                    a.get(), 1u);
+    Graph gc = created_builder.instantiate();
+    gc.update_kernel(kc, config, a.get(), 1u);  // its kernel asked once (cached)
+    {
+      custream::StreamScope pushed(created_stream);
+      update(3);
+    }
+    const auto n = asked([&] { gc.update_kernel(kc, config, a.get(), 1u); });
+    CHECK(n.get >= 1);
+    CHECK(n.set == 2);  // `created` for the call, then none again
   }
   CHECK(asked([&] { update(1); }).get >= 1);  // the scope ended
   g.launch(c.s);

@@ -19,7 +19,8 @@ namespace custream {
 /// StreamScope of another context's stream, an inner ContextScope until it ends) are seen.
 /// Raw driver calls inside the scope that leave no context current (cuCtxSetCurrent(nullptr),
 /// cuCtxPopCurrent) must restore the scope's context before custream is called again: the
-/// driver crashes adding or updating a kernel node with no context current.
+/// driver crashes adding or updating a kernel node with no context current. A scope ends on
+/// the thread it began on, innermost first.
 class ContextScope {
  public:
   /// Makes `context` current. @throws Error when cuCtxGetCurrent or cuCtxSetCurrent fails.

@@ -232,13 +232,13 @@ class GraphBuilder {
   /// Refuses (before the driver) an empty builder, or a dependency that is empty or of another
   /// graph, naming `call`. @throws Error.
   void check_add(GraphDependencies after, const char* call) const;
-  /// Adds a node of `params` after `after` (checked), records it, and returns it.
-  /// @throws Error naming `call` on a driver failure.
-  GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
-                     const char* call);
+  /// Adds a node of `params` after `after` (checked) and returns it; inline, defined where
+  /// the library adds nodes. @throws Error naming `call` on a driver failure.
+  inline GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params,
+                            GraphNodeKind kind, const char* call);
   /// add_node() for dependencies check_add() has accepted (the kernel paths check them first).
-  GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
-                             const char* call);
+  inline GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
+                                    GraphNodeKind kind, const char* call);
   GraphNode add_kernel_node(GraphDependencies after, const Kernel& kernel,
                             const LaunchConfig& config, void** params, const std::size_t* sizes,
                             std::size_t count);

@@ -294,9 +294,10 @@ CUresult set_enabled(bool own) {
 }
 
 // A kernel node added to a root graph, and an executable's kernel node updated, with another
-// context of the device current (a created one): the node's context comes from its parameters
-// (measured on an H100, driver 580: both succeed, and the node then runs with the new
-// arguments). custream still makes the node's context current for these calls.
+// context of the device current (a created one): the node's context comes from its parameters.
+// On an H100 (driver 580) a raw probe with a kernel that writes its argument saw both succeed
+// and the node then write the new value; here, the calls succeed and the graph launches.
+// custream still makes the node's context current for these calls.
 CUresult with_other_current(bool update) {
   Fixture f;
   CUgraphNode n = nullptr;
