@@ -446,8 +446,8 @@ TEST_CASE("inside a ContextScope of their context, kernel updates and adds ask f
     custream::ContextScope none(static_cast<CUcontext>(nullptr));
     const custream::Module in_created = custream::Module::from_ptx(kAddOnePtx, created);
     GraphBuilder created_builder(created);
-    const GraphNode kc = created_builder.add_kernel({}, in_created.kernel("add_one"), config,
-                                                    a.get(), 1u);
+    const GraphNode kc =
+        created_builder.add_kernel({}, in_created.kernel("add_one"), config, a.get(), 1u);
     Graph gc = created_builder.instantiate();
     gc.update_kernel(kc, config, a.get(), 1u);  // its kernel asked once (cached)
     {

@@ -234,8 +234,8 @@ class GraphBuilder {
   void check_add(GraphDependencies after, const char* call) const;
   /// Adds a node of `params` after `after` (checked) and returns it; inline, defined where
   /// the library adds nodes. @throws Error naming `call` on a driver failure.
-  inline GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params,
-                            GraphNodeKind kind, const char* call);
+  inline GraphNode add_node(GraphDependencies after, CUgraphNodeParams& params, GraphNodeKind kind,
+                            const char* call);
   /// add_node() for dependencies check_add() has accepted (the kernel paths check them first).
   inline GraphNode add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
                                     GraphNodeKind kind, const char* call);
