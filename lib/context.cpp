@@ -259,7 +259,12 @@ bool keep(KeptGreen k) noexcept {
 }  // namespace
 
 ContextOwner::~ContextOwner() {
-  scoped_context_forget();  // destroying a current context changes what is current
+  // Destroying a current context changes what is current, and so may a drain (with what a
+  // release-error handler does meanwhile): nothing trusted from here on, nor after.
+  scoped_context_forget();
+  struct ForgetAfter {
+    ~ForgetAfter() { scoped_context_forget(); }
+  } forget_after;
   if (named.load(std::memory_order_relaxed)) {  // streams.md, invariant 5
     forget_name(Named::context, green != nullptr ? converted : created);
   }

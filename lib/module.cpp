@@ -36,6 +36,9 @@ ModuleOwner::~ModuleOwner() {
   release_call<&DriverApi::cuModuleUnload>("module", module, module);
   if (switched) {
     release_call<&DriverApi::cuCtxSetCurrent>("context (restoring it)", previous, previous);
+    // A release-error handler run meanwhile may have opened a ContextScope that trusted the
+    // module's context (contexts.md, invariant 9); a failed restore leaves another current.
+    scoped_context_forget();
   }
 }
 template struct Refs<ModuleOwner>;

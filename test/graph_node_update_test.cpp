@@ -465,6 +465,42 @@ TEST_CASE("inside a ContextScope of their context, kernel updates and adds ask f
   CHECK(va[1] == 0u);
 }
 
+TEST_CASE("a release-error handler's ContextScope during a module's unload trusts nothing after",
+          "[graph][graph-node-update][emu-only]") {
+  REQUIRE_DRIVER();
+  if (!custream_test::emulated()) CUSTREAM_SKIP("injects a failed cuModuleUnload");
+  AddOneCase c;
+  auto fail_call =
+      custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
+  const custream::Context created = custream::Context::create(custream::Device(0));
+  const custream::Module m = custream::Module::from_ptx(kAddOnePtx, created);
+  DeviceBuffer a(kBytes);
+  const LaunchConfig config{{1}, {64}};
+  GraphBuilder builder(created);
+  const GraphNode k = builder.add_kernel({}, m.kernel("add_one"), config, a.get(), 1u);
+  Graph g = builder.instantiate();
+  g.update_kernel(k, config, a.get(), 1u);  // the node cached
+  // A handler that looks at the current context: Context::current() opens a ContextScope of
+  // it, here the module's context, which the unload made current.
+  int reported = 0;
+  auto previous = custream::set_release_error_handler([&](const custream::ReleaseError&) {
+    ++reported;
+    (void)custream::Context::current();
+  });
+  {
+    custream::ContextScope none(static_cast<CUcontext>(nullptr));
+    {
+      const custream::Module other = custream::Module::from_ptx(kAddOnePtx, created);
+      fail_call("cuModuleUnload", 1, CUDA_ERROR_UNKNOWN);
+    }  // unloaded with `created` current, the handler run, then nothing current again
+    CHECK(reported == 1);
+    // `created` is not current: the update must make it so (the emulator refuses it otherwise;
+    // a GPU crashes).
+    CHECK_NOTHROW(g.update_kernel(k, config, a.get(), 2u));
+  }
+  custream::set_release_error_handler(std::move(previous));
+}
+
 TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled() says so",
           "[gpu][graph][graph-node-update]") {
   REQUIRE_DRIVER();
