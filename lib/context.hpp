@@ -39,12 +39,19 @@ inline void scoped_context_forget() noexcept { t_scoped_context = nullptr; }
 class MakeCurrent {
  public:
   explicit MakeCurrent(CUcontext context) {
-    if (context == t_scoped_context && context != nullptr) return;  // an open ContextScope's
-    CUcontext current = nullptr;
-    const CUresult r = api().cuCtxGetCurrent(&current);  // raw: hot path
-    if (r == CUDA_SUCCESS && current == context) return;
-    if (r != CUDA_SUCCESS) fail<&DriverApi::cuCtxGetCurrent>(r, context_subject(context));
+    CUresult asked = CUDA_SUCCESS;
+    if (is_current(context, &asked)) return;
+    if (asked != CUDA_SUCCESS) fail<&DriverApi::cuCtxGetCurrent>(asked, context_subject(context));
     scope_.emplace(context);
+  }
+
+  /// Whether `context` (not null) is current in this thread: an open ContextScope's (a
+  /// thread-local comparison), else one raw cuCtxGetCurrent, whose result goes to `*asked`.
+  static bool is_current(CUcontext context, CUresult* asked) noexcept {
+    if (context == t_scoped_context && context != nullptr) return true;
+    CUcontext current = nullptr;
+    *asked = api().cuCtxGetCurrent(&current);  // raw: hot path
+    return *asked == CUDA_SUCCESS && current == context;
   }
 
  private:

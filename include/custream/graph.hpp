@@ -155,7 +155,7 @@ class Graph {
   /// kernel's parameters, asked of the driver once per node, CUDA 12.4). Launch attributes
   /// (cluster, cooperative, priority, …) are a node's, not an update's: a `config` carrying one
   /// is refused. Repeated updates of one node with the same argument types check the sizes
-  /// once (two pointer comparisons after that, and the configuration's checks);
+  /// once (later ones compare the node and the argument types, and check the configuration);
   /// the node's context is made current for the call (one cuCtxGetCurrent when it is already:
   /// driver 580 crashes there without a current context; none inside a ContextScope of that
   /// context, which a loop of updates can open) and nothing is left current.

@@ -351,15 +351,11 @@ void Graph::update_kernel_checked(GraphNode node, const LaunchConfig& config, vo
   if (info != nullptr && info->node == node.handle() && info->accepted == sizes &&
       info->ctx != nullptr && config.shared_bytes <= detail::kMaxSharedBytes &&
       !detail::has_attributes(config)) {
-    const auto& api = detail::api();
-    bool current = info->ctx == detail::t_scoped_context;
-    if (!current) {
-      CUcontext now = nullptr;
-      current = api.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == info->ctx;  // raw: hot path
-    }
-    if (current) {
+    CUresult asked = CUDA_SUCCESS;
+    if (detail::MakeCurrent::is_current(info->ctx, &asked)) {
       const CUDA_KERNEL_NODE_PARAMS p = kernel_update_params(*info, config, params);
-      const CUresult r = api.cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot
+      const CUresult r =
+          detail::api().cuGraphExecKernelNodeSetParams(exec_, node.handle(), &p);  // raw: hot
       if (r != CUDA_SUCCESS) kernel_update_failed(r, node, graph_, exec_, config);
       return;
     }

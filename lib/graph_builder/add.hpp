@@ -58,9 +58,9 @@ inline CUgraphNode add_to_driver(CUgraph graph, const CUgraphNode* deps, std::si
 /// without a current context, driver 580 crashes adding a kernel node (to a root graph or a
 /// body), whatever the node's ctx says; root memset, empty and device-to-device memcpy nodes
 /// are added as they are (measured: test/conformance/no_current_context.cpp).
-inline CUgraphNode add_in_context(const BuilderOwner& owner, CUgraph graph,
-                                  const CUgraphNode* deps, std::size_t count,
-                                  CUgraphNodeParams& params, GraphNodeKind kind, const char* call) {
+inline CUgraphNode add_in_context(const BuilderOwner& owner, CUgraph graph, const CUgraphNode* deps,
+                                  std::size_t count, CUgraphNodeParams& params, GraphNodeKind kind,
+                                  const char* call) {
   if (adds_without_current(params, graph == owner.root())) {
     return add_to_driver(graph, deps, count, params, kind, call);
   }
@@ -88,9 +88,8 @@ inline void check_dependencies(CUgraph graph, const BuilderOwner* owner, GraphDe
 
 namespace custream {
 
-inline GraphNode GraphBuilder::add_checked_node(GraphDependencies after,
-                                                CUgraphNodeParams& params, GraphNodeKind kind,
-                                                const char* call) {
+inline GraphNode GraphBuilder::add_checked_node(GraphDependencies after, CUgraphNodeParams& params,
+                                                GraphNodeKind kind, const char* call) {
   const detail::BuilderOwner& owner = *owner_.get();
   if (after.size() > 8) {
     return GraphNode(detail::add_many(owner, graph_, after, params, kind, call), graph_, kind);

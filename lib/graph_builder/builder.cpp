@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "add.hpp"
 #include "context.hpp"
 #include "custream/context_scope.hpp"
 #include "custream/device.hpp"
@@ -12,7 +13,6 @@
 #include "custream/graph_builder.hpp"
 #include "driver.hpp"
 #include "error.hpp"
-#include "add.hpp"
 #include "graph/nodes.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"

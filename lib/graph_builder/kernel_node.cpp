@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "add.hpp"
 #include "conditional.hpp"
 #include "context.hpp"
 #include "custream/graph_builder.hpp"
@@ -16,7 +17,6 @@
 #include "library.hpp"
 #include "module.hpp"
 #include "node_params.hpp"
-#include "add.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
@@ -92,7 +92,7 @@ GraphNode GraphBuilder::add_kernel_node(GraphDependencies after, const Kernel& k
   // First: a refused dependency leaves the builder unchanged (add.hpp, inline).
   detail::check_dependencies(graph_, owner_.get(), after, kCall);
   detail::BuilderOwner& owner = *owner_.get();
-  const CUcontext loaded_in = kernel.module_.owner_ ? kernel.module_.owner_.get()->context : nullptr;
+  const CUcontext loaded_in = kernel.module_.context();
   if (graph_ != owner.root()) {  // a root is no body: no call on the root's adds
     detail::check_body_context(owner, graph_, loaded_in, kCall);  // conditional.hpp
   }

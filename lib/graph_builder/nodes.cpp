@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "add.hpp"
 #include "conditional.hpp"
 #include "custream/error.hpp"
 #include "custream/event.hpp"
@@ -15,7 +16,6 @@
 #include "driver.hpp"
 #include "error.hpp"
 #include "node_params.hpp"
-#include "add.hpp"
 #include "owner.hpp"
 #include "refuse.hpp"
 
