@@ -117,6 +117,17 @@ struct Fixture {
     p.kernel.ctx = ctx;
     return p;
   }
+  // The same kernel as an executable kernel node's update.
+  CUDA_KERNEL_NODE_PARAMS kernel_update() {
+    const CUgraphNodeParams k = kernel();
+    CUDA_KERNEL_NODE_PARAMS p{};
+    p.func = k.kernel.func;
+    p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = args;
+    p.ctx = ctx;
+    return p;
+  }
   // A new graph with one kernel node (`*node`), or null (also when the fixture failed).
   CUgraph kernel_graph(CUgraphNode* node) {
     CUgraph g = nullptr;
@@ -169,13 +180,7 @@ CUresult exec_kernel_update(bool own) {
   CUgraphNode n = nullptr;
   CUgraphExec e = f.kernel_exec(&n);
   if (e == nullptr) return kSetupFailed;
-  CUgraphNodeParams k = f.kernel();
-  CUDA_KERNEL_NODE_PARAMS p{};
-  p.func = k.kernel.func;
-  p.gridDimX = p.gridDimY = p.gridDimZ = 1;
-  p.blockDimX = p.blockDimY = p.blockDimZ = 1;
-  p.kernelParams = f.args;
-  p.ctx = f.ctx;
+  const CUDA_KERNEL_NODE_PARAMS p = f.kernel_update();
   f.make_current(own);
   return api().cuGraphExecKernelNodeSetParams(e, n, &p);
 }
@@ -309,13 +314,7 @@ CUresult with_other_current(bool update) {
   if (api().cuCtxCreate(&other, 0, 0) != CUDA_SUCCESS) return kSetupFailed;  // now current
   CUresult r = CUDA_SUCCESS;
   if (update) {
-    CUgraphNodeParams k = f.kernel();
-    CUDA_KERNEL_NODE_PARAMS p{};
-    p.func = k.kernel.func;
-    p.gridDimX = p.gridDimY = p.gridDimZ = 1;
-    p.blockDimX = p.blockDimY = p.blockDimZ = 1;
-    p.kernelParams = f.args;
-    p.ctx = f.ctx;
+    const CUDA_KERNEL_NODE_PARAMS p = f.kernel_update();
     r = api().cuGraphExecKernelNodeSetParams(e, n, &p);
   } else {
     CUgraphNodeParams k = f.kernel();
