@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "custream/device_buffer.hpp"
 #include "custream/graph.hpp"
+#include "custream/kernel.hpp"
 #include "custream/stream.hpp"
 #include "harness.hpp"
 
@@ -24,8 +26,12 @@ void add_stream_cases(std::vector<Case>& cases);
 /// cases are skipped when prepared, with the reason, where the driver cannot load modules (on
 /// the CPU emulator the kernel is a no-op).
 void add_graph_cases(std::vector<Case>& cases);
-/// GraphBuilder's add path: 1,000 kernel (or memset) nodes against the raw cuGraphAddNode loop.
+/// GraphBuilder's add path: 1,000 kernel (or memset) nodes against the raw cuGraphAddNode loop
+/// (bench/graph_builder_bench.cpp).
 void add_graph_builder_cases(std::vector<Case>& cases);
+/// Per-node updates of an instantiated Graph against the raw driver calls, and one node of a
+/// 1,000-node graph against a whole-graph update (bench/graph_builder_bench.cpp).
+void add_node_update_cases(std::vector<Case>& cases);
 
 /// Graphs as programs: instantiate + first launch and launch of a graph with conditional nodes
 /// against the raw driver on the same CUgraph, and a loop of 1,000 iterations decided on the
@@ -63,6 +69,22 @@ struct KeptGraphs {
   std::vector<std::pair<CUgraph, CUgraphExec>> raw_graphs;  // raw
   void drop();
 };
+
+/// What the graph cases share (bench/graph_bench.cpp, bench/graph_builder_bench.cpp); made
+/// once, by the first case that runs, and never freed (no driver call at exit).
+struct GraphState {
+  custream::Device device{0};
+  custream::Stream stream{device, custream::StreamFlags::non_blocking};
+  custream::DeviceBuffer buffer{4, device};
+  custream::Graph small_graph;  // one memset node: works on the emulator too
+  custream::Graph other_graph;  // the same with another value (for updates)
+  custream::Kernel noop;        // empty when the driver cannot load modules
+  KeptGraphs kept;              // the 1,000-kernel graphs
+};
+/// The graph cases' state (not made when the cases are declared or listed): device 0 current.
+GraphState& graph_state();
+/// Loads GraphState::noop once: "" when it is loaded, else why the driver cannot load modules.
+const std::string& load_noop_kernel();
 
 /// Sets `c`'s bodies to capture + instantiate + first launch + synchronize on `stream`: raw
 /// captures kGraphKernels launches of `f` (raw_capture, with upload), custream runs `capture`

@@ -20,6 +20,11 @@ namespace custream_bench {
 
 using Clock = std::chrono::steady_clock;
 
+/// Nanoseconds since `start`.
+inline double ns_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+}
+
 /// Runs one variant `iterations` times; returns nothing (timing is outside).
 using Body = std::function<void(int iterations)>;
 
