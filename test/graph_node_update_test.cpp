@@ -4,7 +4,7 @@
 // its replacement have finished, after the next launch, or when the Graph is dropped without
 // one; refusals name the node and rule and change nothing. Memset, memcpy and host nodes run on
 // the emulator and a GPU alike; kernel nodes run add_one (real PTX; on the emulator its CPU
-// implementation, registered here).
+// implementation, registered by add_one_support.hpp).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "custream/context_scope.hpp"
+#include "add_one_support.hpp"
 #include "custream/device_buffer.hpp"
 #include "custream/error.hpp"
 #include "custream/graph.hpp"
@@ -25,7 +25,6 @@
 #include "custream/module.hpp"
 #include "custream/release_error_handler.hpp"
 #include "custream/stream.hpp"
-#include "custream/stream_scope.hpp"
 #include "emu_control.h"
 #include "error.hpp"
 #include "graph_support.hpp"
@@ -42,67 +41,11 @@ using custream_test::eventually;
 using custream_test::expect_error;
 using custream_test::Payload;
 using custream_test::Probe;
+using namespace custream_test::add_one;
 
 namespace {
 
 using namespace std::chrono_literals;
-
-// add_one(int* data, unsigned n): data[i] += 1 for i < n.
-constexpr const char* kAddOnePtx = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry add_one(
-  .param .u64 data,
-  .param .u32 n
-)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<8>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [data];
-  ld.param.u32 %r1, [n];
-  mov.u32 %r2, %ctaid.x;
-  mov.u32 %r3, %ntid.x;
-  mov.u32 %r4, %tid.x;
-  mad.lo.s32 %r5, %r2, %r3, %r4;
-  setp.ge.u32 %p1, %r5, %r1;
-  @%p1 bra DONE;
-  cvta.to.global.u64 %rd2, %rd1;
-  mul.wide.u32 %rd3, %r5, 4;
-  add.s64 %rd4, %rd2, %rd3;
-  ld.global.u32 %r6, [%rd4];
-  add.s32 %r7, %r6, 1;
-  st.global.u32 [%rd4], %r7;
-DONE:
-  ret;
-}
-)";
-
-void cpu_add_one(const custream_emu_kernel_launch* l) {
-  int* data = nullptr;
-  unsigned n = 0;
-  std::memcpy(&data, l->params[0], sizeof data);
-  std::memcpy(&n, l->params[1], sizeof n);
-  const unsigned threads = l->grid[0] * l->block[0];
-  for (unsigned i = 0; i < threads && i < n; ++i) ++data[i];
-}
-
-// On the emulator: add_one's CPU implementation, registered for the test's life.
-struct AddOneOnEmulator {
-  AddOneOnEmulator() {
-    if (!custream_test::emulated()) return;
-    reg = custream_test::emu_symbol<decltype(&custream_emu_register_kernel)>(
-        "custream_emu_register_kernel");
-    REQUIRE(reg != nullptr);
-    REQUIRE(reg("add_one", cpu_add_one, nullptr, nullptr, 0) == 0);
-  }
-  ~AddOneOnEmulator() {
-    if (reg != nullptr) reg("add_one", nullptr, nullptr, nullptr, 0);
-  }
-  decltype(&custream_emu_register_kernel) reg = nullptr;
-};
 
 // Holds `s` until open(): launches enqueued meanwhile are pending.
 class Gate {
@@ -127,15 +70,6 @@ class Gate {
     std::atomic<bool> entered{false}, open{false};
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
-};
-
-// Declared first in a test case, destroyed last: on the emulator, waits until the work and the
-// user-object destructors the case left (keepers, builders' payloads) are done, so the next
-// case counts the emulator's live objects from a settled state.
-struct Settled {
-  ~Settled() {
-    if (custream_test::emulated()) (void)custream_test::emu_wait_idle();
-  }
 };
 
 // Counts the release errors reported while it lives, and checks there were none: a retired
@@ -163,10 +97,6 @@ class ReleaseErrors {
   custream::ReleaseErrorHandler previous_;
 };
 
-std::vector<std::uint32_t> words(const Stream& s, const DeviceBuffer& b) {
-  return custream_test::read(s, b);
-}
-
 GraphNode only_node(const Graph& g, GraphNodeKind kind) {
   for (const GraphNode& n : g.nodes()) {
     if (n.kind() == kind) return n;
@@ -174,18 +104,6 @@ GraphNode only_node(const Graph& g, GraphNodeKind kind) {
   FAIL("no node of the kind");
   return {};
 }
-
-constexpr std::size_t kBytes = custream_test::kN * sizeof(std::uint32_t);
-
-// What the kernel-update cases share: the emulator settled after them, add_one's CPU twin,
-// a stream and the add_one kernel.
-struct AddOneCase {
-  Settled settled;
-  AddOneOnEmulator add_one_impl;
-  Stream s{custream::StreamFlags::non_blocking};
-  custream::Module m = custream::Module::from_ptx(kAddOnePtx);
-  custream::Kernel add_one = m.kernel("add_one");
-};
 
 }  // namespace
 
@@ -362,143 +280,6 @@ TEST_CASE("update_kernel from a thread with no current context",
   CHECK(va[0] == 1u);
   CHECK(va[1] == 1u);
   CHECK(va[2] == 0u);
-}
-
-TEST_CASE("inside a ContextScope of their context, kernel updates and adds ask for no context",
-          "[graph][graph-node-update][emu-only]") {
-  REQUIRE_DRIVER();
-  if (!custream_test::emulated()) CUSTREAM_SKIP("counts the emulator's calls");
-  AddOneCase c;
-  auto count_calls = custream_test::emu_symbol<void (*)(int)>("custream_emu_count_calls");
-  auto calls = custream_test::emu_symbol<long (*)(const char*)>("custream_emu_call_count");
-  DeviceBuffer a(kBytes);
-  c.s.memset32(a.get(), 0, custream_test::kN);
-  const LaunchConfig config{{1}, {64}};
-  GraphBuilder builder = GraphBuilder::create();
-  const custream::Context context = builder.context();
-  const GraphNode k = builder.add_kernel({}, c.add_one, config, a.get(), 1u);
-  Graph g = builder.instantiate();
-  // The cuCtxGetCurrent and cuCtxSetCurrent calls `body` makes.
-  struct Asked {
-    long get = 0, set = 0;
-  };
-  auto asked = [&](auto body) {
-    count_calls(1);
-    body();
-    const Asked n{calls("cuCtxGetCurrent"), calls("cuCtxSetCurrent")};
-    count_calls(0);
-    return n;
-  };
-  auto update = [&](unsigned n) { g.update_kernel(k, config, a.get(), n); };
-  update(2);                                  // the node's kernel asked once (cached)
-  CHECK(asked([&] { update(2); }).get >= 1);  // outside a scope: asked every time
-  const custream::Context created = custream::Context::create(custream::Device(0));
-  const Stream created_stream(created, custream::StreamFlags::non_blocking);
-  {
-    custream::ContextScope scope(context);
-    GraphBuilder more(context);
-    Asked n = asked([&] {
-      for (unsigned i = 0; i < 3; ++i) update(i + 1);
-      more.add_kernel({}, c.add_one, config, a.get(), 1u);
-    });
-    CHECK(n.get == 0);
-    CHECK(n.set == 0);
-    {  // an inner scope restores the outer one's context, which is trusted again
-      custream::ContextScope inner(created);
-    }
-    CHECK(asked([&] { update(3); }).get == 0);
-    // custream's own changes of the current context inside a scope: asked (and switched)
-    // again until the scope ends.
-    {
-      custream::ContextScope again(context);
-      created.make_current();
-      n = asked([&] { update(3); });
-      CHECK(n.get >= 1);
-      CHECK(n.set == 2);  // the node's context, then `created` again
-    }
-    {
-      custream::ContextScope again(context);
-      custream::StreamScope pushed(created_stream);  // pushes `created`
-      n = asked([&] { update(3); });
-      CHECK(n.get >= 1);
-      CHECK(n.set == 2);
-    }
-    // A scope inside that made nothing current, and a context made current and destroyed in
-    // it: no context is current after, which the update must find out (a GPU crashes when it
-    // trusts the scope's context instead).
-    {
-      custream::ContextScope same(context);
-      const custream::Context doomed = custream::Context::create(custream::Device(0));
-      doomed.make_current();
-    }  // `doomed` destroyed while current: popped, nothing current
-    CHECK(asked([&] { update(3); }).get >= 1);
-    CHECK(asked([&] { update(3); }).get >= 1);  // still nothing trusted in this scope
-    // Another thread is not inside this scope: it has no context current, which the update
-    // makes current for the call (the emulator refuses the call otherwise, a GPU crashes).
-    const auto other = custream_test::run_on_fresh_thread([&] { update(3); });
-    CHECK(other.error.empty());
-    CHECK(other.after == nullptr);
-  }
-  {
-    // A StreamScope's pop after an update inside it made its node's context current and
-    // restored the pushed one: the pushed context is no longer current once popped. A node of
-    // that context updated next must not trust it (no context is current here).
-    custream::ContextScope none(static_cast<CUcontext>(nullptr));
-    const custream::Module in_created = custream::Module::from_ptx(kAddOnePtx, created);
-    GraphBuilder created_builder(created);
-    const GraphNode kc =
-        created_builder.add_kernel({}, in_created.kernel("add_one"), config, a.get(), 1u);
-    Graph gc = created_builder.instantiate();
-    gc.update_kernel(kc, config, a.get(), 1u);  // its kernel asked once (cached)
-    {
-      custream::StreamScope pushed(created_stream);
-      update(3);
-    }
-    const auto n = asked([&] { gc.update_kernel(kc, config, a.get(), 1u); });
-    CHECK(n.get >= 1);
-    CHECK(n.set == 2);  // `created` for the call, then none again
-  }
-  CHECK(asked([&] { update(1); }).get >= 1);  // the scope ended
-  g.launch(c.s);
-  const auto va = words(c.s, a);
-  CHECK(va[0] == 1u);
-  CHECK(va[1] == 0u);
-}
-
-TEST_CASE("a release-error handler's ContextScope during a module's unload trusts nothing after",
-          "[graph][graph-node-update][emu-only]") {
-  REQUIRE_DRIVER();
-  if (!custream_test::emulated()) CUSTREAM_SKIP("injects a failed cuModuleUnload");
-  AddOneCase c;
-  auto fail_call =
-      custream_test::emu_symbol<decltype(&custream_emu_fail_call)>("custream_emu_fail_call");
-  const custream::Context created = custream::Context::create(custream::Device(0));
-  const custream::Module m = custream::Module::from_ptx(kAddOnePtx, created);
-  DeviceBuffer a(kBytes);
-  const LaunchConfig config{{1}, {64}};
-  GraphBuilder builder(created);
-  const GraphNode k = builder.add_kernel({}, m.kernel("add_one"), config, a.get(), 1u);
-  Graph g = builder.instantiate();
-  g.update_kernel(k, config, a.get(), 1u);  // the node cached
-  // A handler that looks at the current context: Context::current() opens a ContextScope of
-  // it, here the module's context, which the unload made current.
-  int reported = 0;
-  auto previous = custream::set_release_error_handler([&](const custream::ReleaseError&) {
-    ++reported;
-    (void)custream::Context::current();
-  });
-  {
-    custream::ContextScope none(static_cast<CUcontext>(nullptr));
-    {
-      const custream::Module other = custream::Module::from_ptx(kAddOnePtx, created);
-      fail_call("cuModuleUnload", 1, CUDA_ERROR_UNKNOWN);
-    }  // unloaded with `created` current, the handler run, then nothing current again
-    CHECK(reported == 1);
-    // `created` is not current: the update must make it so (the emulator refuses it otherwise;
-    // a GPU crashes).
-    CHECK_NOTHROW(g.update_kernel(k, config, a.get(), 2u));
-  }
-  custream::set_release_error_handler(std::move(previous));
 }
 
 TEST_CASE("set_enabled: a disabled node does nothing in later launches, enabled() says so",
